@@ -1,0 +1,76 @@
+# Feeding the GPU: every workflow of the course. `make help` lists the targets.
+# Everything is built from nothing: the virtual environment, the packages and the data.
+
+PYTHON      ?= python3
+VENV        := .venv
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.installed
+LFW         ?= synthetic
+DATA_HOME   := data
+SYNTHETIC   := $(DATA_HOME)/lfw-synthetic/.complete
+REAL        := $(DATA_HOME)/lfw-real/.complete
+SUBMISSIONS ?= submitted
+PYTEST_ARGS ?=
+
+.PHONY: help lab venv data release grade test test-quick bench clean clean-data distclean
+
+# List the targets.
+help:
+	@awk '/^# /{doc=substr($$0,3)} /^[a-z-]+:/{sub(/:.*/,"",$$1); if (doc) printf "  make %-12s %s\n", $$1, doc; doc=""}' Makefile
+
+# Open the course in JupyterLab (makes the environment and the data first if missing).
+lab: $(STAMP) $(if $(filter real,$(LFW)),$(REAL),$(SYNTHETIC))
+	@echo "Opening JupyterLab on notebooks/ - open the URL printed below (Ctrl-C twice to stop)."
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.open_browser=False
+
+# Create the virtual environment in .venv with the pinned packages and the course code (editable).
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+# Prepare the LFW tree: LFW=synthetic (default, offline, < 1 min) or LFW=real (downloads ~230 MB).
+data: $(if $(filter real,$(LFW)),$(REAL),$(SYNTHETIC))
+
+$(SYNTHETIC): | $(STAMP)
+	$(PY) lfw_dataset.py -prepare synthetic
+
+$(REAL): | $(STAMP)
+	$(PY) lfw_dataset.py -prepare real
+
+# Regenerate the student release notebooks/ from solutions/ with nbgrader.
+release: $(STAMP)
+	$(PY) scripts/release.py
+
+# Grade every SUBMISSIONS/<student>/<assignment>/ with nbgrader; writes grading/grades.csv.
+grade: $(STAMP) $(SYNTHETIC)
+	$(PY) scripts/grade.py $(SUBMISSIONS)
+
+# Run the whole test suite (modules, notebooks, nbgrader pipeline).
+test: $(STAMP) $(SYNTHETIC)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Run the quick tests only (skips notebooks and nbgrader).
+test-quick: $(STAMP) $(SYNTHETIC)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# Measure the course's figures; prints a table and writes build/bench.json.
+bench: $(STAMP) $(SYNTHETIC)
+	$(PY) scripts/bench.py --output build/bench.json
+
+# Remove build outputs, grading folders and caches (keeps .venv and data/).
+clean:
+	rm -rf build grading gradebook.db .pytest_cache
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+# Remove the prepared data sets.
+clean-data:
+	rm -rf $(DATA_HOME)/lfw-synthetic $(DATA_HOME)/lfw-real $(DATA_HOME)/.lfw-*
+
+# Remove everything made: build outputs, data and the virtual environment.
+distclean: clean clean-data
+	rm -rf $(VENV) *.egg-info

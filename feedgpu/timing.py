@@ -1,0 +1,472 @@
+"""A timing harness that measures a DataLoader the right way, so students need not.
+
+What it does for every repeat::
+
+    iter(loader) + first batch  ->  start-up time (workers start, first batch loads)
+    ``warmup`` more batches      ->  consumed (and stepped) but not timed
+    ``batches`` batches          ->  timed: total wall time / batches = steady s per batch;
+                                     for each batch, the wait inside ``next()`` and the
+                                     time of the (simulated) training step
+
+Clocks are read with :func:`time.perf_counter`, after ``torch.cuda.synchronize()`` when a
+GPU is present (otherwise queued GPU work would be charged to the wrong phase). Unless the
+loader has ``persistent_workers=True``, the workers of each repeat are shut down before the
+next repeat starts, so every repeat pays the same start-up and no worker outlives the call.
+
+Example::
+
+    timing = time_loader(loader, batches=20, step=0.01)
+    print("s/batch:", timing.mean_s_per_batch, "+-", timing.std_s_per_batch)
+    plot_waits(timing)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "LoaderTiming",
+    "time_loader",
+    "shutdown_workers",
+    "plot_timings",
+    "plot_waits",
+]
+
+Step = Union[Callable[[Any], Any], float, None]
+
+
+# --------------------------------------------------------------------------- results
+
+
+def _mean(values: Sequence[float]) -> float:
+    return statistics.fmean(values) if values else math.nan
+
+
+def _std(values: Sequence[float]) -> float:
+    """Sample standard deviation; 0.0 for a single value (nothing to spread)."""
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+@dataclass
+class LoaderTiming:
+    """What :func:`time_loader` measured: plain numbers, one entry per repeat.
+
+    Attributes:
+        startup_s: per repeat, seconds for ``iter(loader)`` plus the first batch.
+        s_per_batch: per repeat, steady-state seconds per timed batch (wall time of the
+            timed loop, step included, divided by the number of timed batches).
+        waits_s: per repeat, per timed batch, seconds spent waiting inside ``next()``.
+        steps_s: per repeat, per timed batch, seconds spent in the training step.
+        n_batches: per repeat, how many batches were timed.
+        warmup: how many batches after the first were consumed untimed in each repeat.
+        batch_size: items per batch when known (``loader.batch_size``), else ``None``.
+        num_workers: the loader's ``num_workers`` when known.
+        persistent_workers: whether the loader kept its workers between repeats.
+    """
+
+    startup_s: list[float]
+    s_per_batch: list[float]
+    waits_s: list[list[float]]
+    steps_s: list[list[float]]
+    n_batches: list[int]
+    warmup: int = 0
+    batch_size: int | None = None
+    num_workers: int | None = None
+    persistent_workers: bool = False
+
+    @property
+    def repeats(self) -> int:
+        """Number of repeats measured."""
+        return len(self.s_per_batch)
+
+    @property
+    def mean_s_per_batch(self) -> float:
+        """Mean over repeats of the steady-state seconds per batch."""
+        return _mean(self.s_per_batch)
+
+    @property
+    def std_s_per_batch(self) -> float:
+        """Sample standard deviation over repeats of seconds per batch (0 for 1 repeat)."""
+        return _std(self.s_per_batch)
+
+    @property
+    def mean_startup_s(self) -> float:
+        """Mean over repeats of the start-up time (``iter()`` plus the first batch)."""
+        return _mean(self.startup_s)
+
+    @property
+    def first_startup_s(self) -> float:
+        """Start-up time of the first repeat (workers had to be started)."""
+        return self.startup_s[0] if self.startup_s else math.nan
+
+    @property
+    def later_startup_s(self) -> float:
+        """Mean start-up time of repeats 2, 3, ...; NaN with a single repeat.
+
+        With ``persistent_workers=True`` this is much smaller than
+        :attr:`first_startup_s`: the workers are reused, not started again.
+        """
+        return _mean(self.startup_s[1:])
+
+    @property
+    def batches_per_s(self) -> float:
+        """Steady-state batches per second (1 / :attr:`mean_s_per_batch`)."""
+        mean = self.mean_s_per_batch
+        return 1.0 / mean if mean > 0 else math.inf
+
+    @property
+    def items_per_s(self) -> float:
+        """Steady-state items per second; NaN when the batch size is unknown.
+
+        Assumes every timed batch is full, which holds unless the last, short batch of
+        an epoch (``drop_last=False``) is among the timed ones.
+        """
+        if self.batch_size is None:
+            return math.nan
+        return self.batch_size * self.batches_per_s
+
+    @property
+    def wait_fraction(self) -> float:
+        """Mean over repeats of ``total wait / (total wait + total step)``.
+
+        0 means the loop never waited for data (loading fully overlapped the step); 1
+        means it did nothing but wait (no step, or the step is negligible).
+        """
+        fractions = []
+        for waits, steps in zip(self.waits_s, self.steps_s):
+            busy = sum(waits) + sum(steps)
+            fractions.append(sum(waits) / busy if busy > 0 else math.nan)
+        return _mean(fractions)
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        """Summary figures as a flat dict (one DataFrame row): the properties above plus
+        ``repeats``, ``warmup``, ``n_batches`` (timed, all repeats), ``batch_size``,
+        ``num_workers`` and ``persistent_workers``. ``startup_s`` is the mean start-up."""
+        out: dict[str, float | int | None] = {
+            "mean_s_per_batch": self.mean_s_per_batch,
+            "std_s_per_batch": self.std_s_per_batch,
+            "startup_s": self.mean_startup_s,
+            "first_startup_s": self.first_startup_s,
+            "later_startup_s": self.later_startup_s,
+            "batches_per_s": self.batches_per_s,
+            "items_per_s": self.items_per_s,
+            "wait_fraction": self.wait_fraction,
+            "repeats": self.repeats,
+            "warmup": self.warmup,
+            "n_batches": sum(self.n_batches),
+            "batch_size": self.batch_size,
+            "num_workers": self.num_workers,
+            "persistent_workers": self.persistent_workers,
+        }
+        return out
+
+
+# --------------------------------------------------------------------------- harness
+
+
+def _make_clock() -> Callable[[], float]:
+    """A clock that first waits for queued GPU work, when there is a GPU."""
+    if torch.cuda.is_available():
+
+        def clock() -> float:
+            torch.cuda.synchronize()
+            return time.perf_counter()
+
+        return clock
+    return time.perf_counter
+
+
+def _make_step(step: Step) -> Callable[[Any], Any]:
+    """Turn ``step`` (None, seconds to sleep, or a callable) into a callable on a batch."""
+    if step is None:
+        return lambda batch: None
+    if callable(step):
+        return step
+    if isinstance(step, (int, float)) and not isinstance(step, bool):
+        seconds = float(step)
+        if seconds < 0:
+            raise ValueError(f"step as seconds must be >= 0, got {step!r}")
+        return lambda batch: time.sleep(seconds)
+    raise TypeError(
+        f"step must be None, a number of seconds or a callable taking the batch, got {step!r}"
+    )
+
+
+def _check_args(batches: int | None, warmup: int, repeats: int) -> None:
+    if batches is not None and (int(batches) != batches or batches < 1):
+        raise ValueError(f"batches must be None or an integer >= 1, got {batches!r}")
+    if int(warmup) != warmup or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+    if int(repeats) != repeats or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+
+
+def shutdown_workers(iterator_or_loader: Any) -> None:
+    """Stop the worker processes behind a DataLoader iterator (or a loader's persistent one).
+
+    Dropping the last reference to an iterator normally stops its workers, but a
+    reference kept alive by a traceback (an exception in a notebook) can keep them
+    running. This stops them now. Single-process iterators and loaders without
+    persistent workers are left as they are.
+
+    Args:
+        iterator_or_loader: a DataLoader iterator, or a DataLoader whose
+            ``persistent_workers`` iterator should be stopped and forgotten.
+    """
+    target = iterator_or_loader
+    is_loader = hasattr(target, "_get_iterator")
+    if is_loader:  # a DataLoader: its persistent iterator, if any
+        target = getattr(target, "_iterator", None)
+    # ``_shutdown_workers`` is private, but it is the only way to stop workers now,
+    # and it is safe to call twice.
+    stop = getattr(target, "_shutdown_workers", None)
+    if callable(stop):
+        stop()
+    if is_loader and target is not None:
+        iterator_or_loader._iterator = None
+
+
+def _run_repeat(
+    loader: Any,
+    batches: int | None,
+    warmup: int,
+    step: Callable[[Any], Any],
+    clock: Callable[[], float],
+    persistent: bool,
+) -> tuple[float, float, list[float], list[float]]:
+    """One repeat: returns (startup_s, s_per_batch, waits, steps)."""
+    t0 = clock()
+    iterator: Iterator[Any] | None = iter(loader)
+    try:
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            raise ValueError("the loader yielded no batch; it needs at least one") from None
+        startup = clock() - t0
+        step(batch)
+        for done in range(warmup):
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                raise ValueError(
+                    f"the loader ran out after {done + 1} batches, during warm-up "
+                    f"(1 start-up + {warmup} warm-up batches needed before timing); "
+                    "use a larger dataset or a smaller warmup"
+                ) from None
+            step(batch)
+        waits, steps, elapsed = _timed_loop(iterator, batches, step, clock)
+    finally:
+        if not persistent and iterator is not None:
+            shutdown_workers(iterator)
+        del iterator  # the only reference: the workers (if any) go with it
+    return startup, elapsed / len(waits), waits, steps
+
+
+def _timed_loop(
+    iterator: Iterator[Any],
+    batches: int | None,
+    step: Callable[[Any], Any],
+    clock: Callable[[], float],
+) -> tuple[list[float], list[float], float]:
+    """Time ``batches`` batches (all remaining if None).
+
+    Returns per-batch waits, per-batch step times, and the loop's total wall time.
+    """
+    waits: list[float] = []
+    steps: list[float] = []
+    start = clock()
+    while batches is None or len(waits) < batches:
+        t0 = clock()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            break
+        t1 = clock()
+        step(batch)
+        t2 = clock()
+        waits.append(t1 - t0)
+        steps.append(t2 - t1)
+    elapsed = (t2 - start) if waits else 0.0
+    if not waits or (batches is not None and len(waits) < batches):
+        wanted = "at least 1" if batches is None else str(batches)
+        raise ValueError(
+            f"the loader ran out after warm-up with {len(waits)} batches timed, "
+            f"{wanted} wanted; use a larger dataset, or fewer batches or warmup"
+        )
+    return waits, steps, elapsed
+
+
+def time_loader(
+    loader: Any,
+    *,
+    batches: int | None = None,
+    warmup: int = 2,
+    repeats: int = 3,
+    step: Step = None,
+) -> LoaderTiming:
+    """Measure a DataLoader: start-up, steady-state time per batch, and waits.
+
+    Each repeat creates a fresh iterator with ``iter(loader)`` and times it plus the
+    first batch (start-up), consumes ``warmup`` more batches untimed, then times
+    ``batches`` batches (all remaining when None). Every batch consumed, including the
+    first and the warm-up ones, goes through ``step``, so the workers fill their
+    prefetch queues as they would in training. Unless ``loader.persistent_workers`` is
+    true, the repeat's workers are shut down before the next repeat; with persistent
+    workers they are reused, and :attr:`LoaderTiming.later_startup_s` shows how little
+    start-up then costs (only after a full epoch: if a repeat stops early, the next
+    ``iter()`` waits for the workers to finish the batches they had already been sent).
+
+    Args:
+        loader: a ``torch.utils.data.DataLoader`` (any re-iterable of batches works).
+        batches: batches to time per repeat; None times all that remain after warm-up.
+        warmup: batches after the first one consumed but not timed, per repeat.
+        repeats: how many times to start a fresh iteration and measure.
+        step: the simulated training step run on every batch: None (no step), a number
+            of seconds to sleep, or a callable taking the batch.
+
+    Returns:
+        A :class:`LoaderTiming` with one entry per repeat.
+
+    Raises:
+        ValueError: if an argument is out of range, or the loader has fewer than
+            ``1 + warmup + batches`` batches (``1 + warmup + 1`` when batches is None).
+        TypeError: if ``step`` is neither None, a number nor a callable.
+    """
+    _check_args(batches, warmup, repeats)
+    step_fn = _make_step(step)
+    clock = _make_clock()
+    persistent = bool(getattr(loader, "persistent_workers", False))
+    timing = LoaderTiming(
+        startup_s=[], s_per_batch=[], waits_s=[], steps_s=[], n_batches=[],
+        warmup=int(warmup),
+        batch_size=getattr(loader, "batch_size", None),
+        num_workers=getattr(loader, "num_workers", None),
+        persistent_workers=persistent,
+    )
+    for r in range(int(repeats)):
+        startup, per_batch, waits, steps = _run_repeat(
+            loader, batches, int(warmup), step_fn, clock, persistent
+        )
+        timing.startup_s.append(startup)
+        timing.s_per_batch.append(per_batch)
+        timing.waits_s.append(waits)
+        timing.steps_s.append(steps)
+        timing.n_batches.append(len(waits))
+        logger.debug(
+            "repeat %d: start-up %.4f s, %.5f s/batch over %d batches",
+            r + 1, startup, per_batch, len(waits),
+        )
+    if persistent and repeats > 1:
+        logger.info(
+            "persistent workers: start-up %.4f s on the first repeat, %.4f s later",
+            timing.first_startup_s, timing.later_startup_s,
+        )
+    return timing
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _rows_from(results: Any) -> tuple[list[str], list[float], list[float]]:
+    """Labels, means and stds (seconds) from a mapping of timings or a DataFrame."""
+    if isinstance(results, Mapping):
+        labels = [str(k) for k in results]
+        means = [t.mean_s_per_batch for t in results.values()]
+        stds = [t.std_s_per_batch for t in results.values()]
+        return labels, means, stds
+    columns = getattr(results, "columns", None)
+    if columns is None or "mean_s_per_batch" not in columns:
+        raise TypeError(
+            "results must be a mapping of label -> LoaderTiming, or a DataFrame with a "
+            f"'mean_s_per_batch' column (as sweep() returns), got {type(results).__name__}"
+        )
+    labels_src = results["label"] if "label" in columns else results.index
+    labels = [str(v) for v in labels_src]
+    means = [float(v) for v in results["mean_s_per_batch"]]
+    if "std_s_per_batch" in columns:
+        stds = [float(v) for v in results["std_s_per_batch"]]
+    else:
+        stds = [0.0] * len(means)
+    return labels, means, stds
+
+
+def plot_timings(results: Any, ax: Any = None, *, title: str | None = None) -> Any:
+    """Plot mean time per batch with error bars (one standard deviation over repeats).
+
+    Args:
+        results: a mapping ``label -> LoaderTiming``, or a DataFrame with columns
+            ``mean_s_per_batch`` and optionally ``std_s_per_batch`` and ``label``
+            (otherwise the index labels the points).
+        ax: a matplotlib Axes to draw on; a new figure is made when None.
+        title: an optional title.
+
+    Returns:
+        The matplotlib Axes.
+
+    Raises:
+        TypeError: if ``results`` is neither of the accepted kinds.
+    """
+    import matplotlib.pyplot as plt
+
+    labels, means, stds = _rows_from(results)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
+    xs = list(range(len(labels)))
+    ax.errorbar(
+        xs, [m * 1e3 for m in means], yerr=[s * 1e3 for s in stds],
+        fmt="o", capsize=4, markersize=6,
+    )
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels)
+    ax.set_xlim(-0.5, len(xs) - 0.5)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("time per batch (ms)")
+    ax.grid(axis="y", alpha=0.3)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_waits(timing: LoaderTiming, ax: Any = None, *, title: str | None = None) -> Any:
+    """Plot the wait inside ``next()`` for every timed batch, one line per repeat.
+
+    A dashed line marks the mean step time: waits well below it mean the workers keep
+    up; waits near or above it mean the loop is starved for data.
+
+    Args:
+        timing: what :func:`time_loader` returned.
+        ax: a matplotlib Axes to draw on; a new figure is made when None.
+        title: an optional title.
+
+    Returns:
+        The matplotlib Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
+    offset = timing.warmup + 1  # timed batches start after start-up and warm-up
+    for r, waits in enumerate(timing.waits_s):
+        xs = range(offset, offset + len(waits))
+        ax.plot(xs, [w * 1e3 for w in waits], marker=".", label=f"repeat {r + 1}")
+    all_steps = [s for steps in timing.steps_s for s in steps]
+    if all_steps and _mean(all_steps) > 0:
+        ax.axhline(_mean(all_steps) * 1e3, color="grey", linestyle="--", label="mean step")
+    ax.set_xlabel("batch (0 = the start-up batch)")
+    ax.set_ylabel("wait in next() (ms)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    if title:
+        ax.set_title(title)
+    return ax

@@ -1,0 +1,190 @@
+"""The course's figures, measured on this machine: a table on screen and a JSON file.
+
+Usage: ``python scripts/bench.py [--output build/bench.json] [--only NAME ...]``
+
+Timings are never asserted in tests; they are measured here, in one run, and the claims
+are ratios between figures of the same run (``make bench``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+Figure = dict  # {"name", "value", "unit", "note"}
+
+
+def figure(name: str, value: float, unit: str, note: str = "") -> Figure:
+    return {"name": name, "value": value, "unit": unit, "note": note}
+
+
+# --------------------------------------------------------------------------- data
+
+
+def bench_generation() -> list[Figure]:
+    """Time to paint the whole synthetic LFW on all cores (into a scratch folder)."""
+    import lfw_dataset
+
+    with tempfile.TemporaryDirectory(dir=ROOT / "build") as tmp:
+        start = time.perf_counter()
+        tree = lfw_dataset.generate_synthetic_lfw(Path(tmp) / "lfw", progress=False)
+        seconds = time.perf_counter() - start
+        n = sum(1 for _ in tree.rglob("*.jpg"))
+    return [figure("data generation time", seconds, "s", f"{n} images, {os.cpu_count()} processes; budget < 60 s"),
+            figure("data generation rate", n / seconds, "images/s")]
+
+
+def _jpeg_files(n: int) -> list[Path]:
+    import lfw_dataset
+
+    files = sorted(lfw_dataset.default_root("synthetic").rglob("*.jpg"))
+    step = max(1, len(files) // n)
+    return files[::step][:n]
+
+
+def bench_file_size() -> list[Figure]:
+    """Mean and spread of the JPEG sizes of the prepared synthetic tree (every file)."""
+    import lfw_dataset
+
+    sizes = [p.stat().st_size / 1024 for p in lfw_dataset.default_root("synthetic").rglob("*.jpg")]
+    return [figure("mean file size", statistics.fmean(sizes), "KB", f"{len(sizes)} files; real LFW about 13 KB"),
+            figure("file size std", statistics.stdev(sizes), "KB")]
+
+
+def _photo_jpeg(target_bytes: int) -> bytes:
+    """A real photograph (scikit-learn's sample 'china.jpg'), cropped to 250x250 and
+    encoded at the JPEG quality whose size is closest to ``target_bytes``."""
+    from PIL import Image
+    from sklearn.datasets import load_sample_image
+
+    img = Image.fromarray(load_sample_image("china.jpg")).crop((120, 60, 370, 310))
+    best = None
+    for quality in range(30, 96, 2):
+        buf = io.BytesIO()
+        img.save(buf, "JPEG", quality=quality)
+        data = buf.getvalue()
+        if best is None or abs(len(data) - target_bytes) < abs(len(best) - target_bytes):
+            best = data
+    return best
+
+
+def _decode_seconds(blobs: list[bytes], repeats: int = 5) -> float:
+    from PIL import Image
+
+    per_image = []
+    for _ in range(repeats):
+        for blob in blobs:
+            start = time.perf_counter()
+            with Image.open(io.BytesIO(blob)) as img:
+                img.convert("RGB")
+            per_image.append(time.perf_counter() - start)
+    return statistics.median(per_image)
+
+
+def bench_decode() -> list[Figure]:
+    """Single-image decode time: generated faces vs a real photo JPEG of the same size."""
+    blobs = [p.read_bytes() for p in _jpeg_files(200)]
+    mean_size = int(statistics.fmean(len(b) for b in blobs))
+    photo = _photo_jpeg(mean_size)
+    faces_s = _decode_seconds(blobs)
+    photo_s = _decode_seconds([photo] * len(blobs))
+    return [figure("decode time, generated face", faces_s * 1e3, "ms", "median over 200 files x 5"),
+            figure("decode time, photo of same size", photo_s * 1e3, "ms", f"{len(photo) / 1024:.1f} KB photo"),
+            figure("decode time ratio generated/photo", faces_s / photo_s, "x", "close to 1 is the goal")]
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def bench_loader(batch_size: int = 64, batches: int = 30) -> list[Figure]:
+    """The reference loader (decode + ToTensor) with 0 and 2 workers."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    import lfw_dataset
+    from feedgpu.timing import time_loader
+
+    ds = lfw_dataset.LFWDataset(lfw_dataset.default_root("synthetic"), transform=lfw_dataset.default_transform())
+    rates = {}
+    for workers in (0, 2):
+        loader = DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
+                            generator=torch.Generator().manual_seed(0))
+        rates[workers] = time_loader(loader, batches=batches, warmup=2, repeats=3).items_per_s
+    return [figure("loader throughput, 0 workers", rates[0], "images/s", f"batch {batch_size}"),
+            figure("loader throughput, 2 workers", rates[2], "images/s"),
+            figure("loader speed-up 2 workers / 0", rates[2] / rates[0], "x", "budget >= 1.8 on 2 cores")]
+
+
+# --------------------------------------------------------------------------- notebooks
+
+
+def bench_notebooks() -> list[Figure]:
+    """Execution time of every solution notebook (nbclient, a fresh kernel each)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    out = []
+    for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        start = time.perf_counter()
+        NotebookClient(nb, timeout=600, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        out.append(figure(f"notebook {path.stem}", time.perf_counter() - start, "s", "budget <= 90 s"))
+    return out
+
+
+BENCHES: dict[str, Callable[[], list[Figure]]] = {
+    "generation": bench_generation,
+    "file_size": bench_file_size,
+    "decode": bench_decode,
+    "loader": bench_loader,
+    "notebooks": bench_notebooks,
+}
+
+
+def machine() -> dict:
+    import torch
+
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "cores": os.cpu_count(), "platform": platform.platform(),
+            "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def print_table(figures: list[Figure]) -> None:
+    width = max(len(f["name"]) for f in figures)
+    for f in figures:
+        print(f"{f['name']:<{width}}  {f['value']:>10.3f} {f['unit']:<9} {f['note']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=ROOT / "build" / "bench.json")
+    parser.add_argument("--only", nargs="*", choices=sorted(BENCHES), help="run only these")
+    args = parser.parse_args(argv)
+    (ROOT / "build").mkdir(exist_ok=True)
+    figures = []
+    for name in args.only or BENCHES:
+        print(f"measuring {name} ...", file=sys.stderr, flush=True)
+        figures.extend(BENCHES[name]())
+    print_table(figures)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.output.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"machine": machine(), "figures": figures}, indent=2))
+    tmp.replace(args.output)
+    print(f"written to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Regenerate the student release, ``notebooks/``, from the solutions, ``solutions/``.
+
+nbgrader's ``generate_assignment`` strips the solutions and hidden tests, locks the test
+cells and records their checksums. We run it into a scratch folder and swap the result
+into place only when every assignment succeeded, so a failure never leaves a half-made
+release. Usage: ``python scripts/release.py [--dest DIR] [ASSIGNMENT ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "solutions"
+RELEASE = ROOT / "notebooks"
+NBGRADER = Path(sys.executable).with_name("nbgrader")
+
+
+def nbgrader_env() -> dict[str, str]:
+    """The environment for nbgrader: the venv's ``bin/`` first (nbgrader calls ``alembic``)."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(NBGRADER.parent), env.get("PATH", "")])
+    return env
+
+logger = logging.getLogger("release")
+
+
+def assignments(source: Path = SOURCE) -> list[str]:
+    """The assignment names: the sub-folders of ``source`` that hold a notebook, sorted."""
+    return sorted(p.name for p in source.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
+
+
+def generate(dest: Path, names: list[str] | None = None) -> Path:
+    """Write the release of ``names`` (default: all) to ``dest``, replacing it whole.
+
+    Raises:
+        subprocess.CalledProcessError: nbgrader failed on an assignment (``dest`` untouched).
+    """
+    names = names or assignments()
+    dest = Path(dest).resolve()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".release-", dir=dest.parent) as tmp:
+        out = Path(tmp) / "release"
+        for name in names:
+            logger.info("generating %s", name)
+            subprocess.run(
+                [str(NBGRADER), "generate_assignment", name, "--force", "--log-level=WARN",
+                 f"--CourseDirectory.root={ROOT}",
+                 f"--CourseDirectory.release_directory={out}",
+                 f"--db=sqlite:///{Path(tmp) / 'gradebook.db'}"],
+                cwd=ROOT, check=True, env=nbgrader_env(),
+            )
+        if dest.exists():
+            old = Path(tmp) / "old"
+            dest.rename(old)
+        out.rename(dest)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("assignments", nargs="*", help="default: every folder of solutions/")
+    parser.add_argument("--dest", type=Path, default=RELEASE, help="release folder (default notebooks/)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="release: %(message)s")
+    if args.assignments and args.dest == RELEASE:
+        parser.error("a partial release would drop the other assignments from notebooks/; use --dest")
+    dest = generate(args.dest, args.assignments or None)
+    print(f"release written to {dest} ({', '.join(args.assignments or assignments())})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

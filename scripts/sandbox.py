@@ -1,0 +1,154 @@
+"""Run a command with a wall-clock limit, a memory limit and a process limit, and leave
+no process behind.
+
+Grading runs students' code: an infinite loop, a memory bomb, a fork bomb of DataLoader
+workers or a hung worker must cost one submission a bounded time, never the class. The
+command runs in a session of its own; a watchdog polls its processes (psutil) and kills
+them all when a limit is passed. Processes are followed by *session*, not only by
+parentage: a Jupyter kernel starts in a session of its own, and workers orphaned by a
+crashed kernel are re-parented to init but keep their session, so nothing escapes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one command may use. The defaults fit a 2-core, 8 GB laptop and the course."""
+
+    wall_s: float = 900.0
+    memory_mb: float = 4096.0  # resident memory of all its processes together
+    max_processes: int = 48
+    poll_s: float = 0.1
+
+
+@dataclass
+class Outcome:
+    """What happened to one command."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+    peak_memory_mb: float
+    peak_processes: int
+    killed_for: str | None = None  # "time", "memory" or "processes"
+    leftovers_killed: int = 0  # processes still alive after the command ended
+    sessions: set[int] = field(default_factory=set)
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def processes_in(sessions: set[int]) -> list[psutil.Process]:
+    """Every live process whose session is one of ``sessions``."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid != os.getpid() and _session_of(proc.pid) in sessions:
+            found.append(proc)
+    return found
+
+
+def _track(root: psutil.Process, sessions: set[int]) -> list[psutil.Process]:
+    """Add the sessions of ``root``'s descendants to ``sessions``; return all processes in them."""
+    try:
+        for child in root.children(recursive=True):
+            sid = _session_of(child.pid)
+            if sid is not None:
+                sessions.add(sid)
+    except psutil.NoSuchProcess:
+        pass
+    return processes_in(sessions)
+
+
+def _rss_mb(procs: list[psutil.Process]) -> float:
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return total / 2**20
+
+
+def kill_sessions(sessions: set[int]) -> int:
+    """SIGKILL every process of ``sessions``; return how many were alive."""
+    procs = processes_in(sessions)
+    for p in procs:
+        try:
+            p.send_signal(signal.SIGKILL)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    psutil.wait_procs(procs, timeout=5)
+    return len(procs)
+
+
+def run_limited(cmd: list[str], limits: Limits = Limits(), *, cwd: str | os.PathLike | None = None,
+                env: dict[str, str] | None = None) -> Outcome:
+    """Run ``cmd`` under ``limits``; kill all its processes at the end, whatever happened.
+
+    Returns:
+        The :class:`Outcome`; ``killed_for`` says which limit ended it, if one did.
+    """
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        root = psutil.Process(proc.pid)
+        sessions = {proc.pid}
+        killed_for, peak_mb, peak_n = None, 0.0, 1
+        try:
+            while proc.poll() is None:
+                procs = _track(root, sessions)
+                rss = _rss_mb(procs)
+                peak_mb, peak_n = max(peak_mb, rss), max(peak_n, len(procs))
+                if time.perf_counter() - start > limits.wall_s:
+                    killed_for = "time"
+                elif rss > limits.memory_mb:
+                    killed_for = "memory"
+                elif len(procs) > limits.max_processes:
+                    killed_for = "processes"
+                if killed_for:
+                    logger.warning("killing %s: over its %s limit", cmd[:2], killed_for)
+                    kill_sessions(sessions)
+                    break
+                time.sleep(limits.poll_s)
+            proc.wait()
+        finally:
+            leftovers = kill_sessions(sessions)
+        out.seek(0)
+        err.seek(0)
+        return Outcome(proc.returncode, out.read(), err.read(), time.perf_counter() - start,
+                       peak_mb, peak_n, killed_for, leftovers, sessions)
+
+
+def describe(outcome: Outcome, limits: Limits) -> str:
+    """A one-line reason for a command that a limit stopped."""
+    return {
+        "time": f"stopped after {limits.wall_s:.0f} s (time limit per submission)",
+        "memory": f"stopped at {outcome.peak_memory_mb:.0f} MB (memory limit {limits.memory_mb:.0f} MB)",
+        "processes": f"stopped with {outcome.peak_processes} processes (limit {limits.max_processes})",
+    }.get(outcome.killed_for or "", "")
+
+
+if __name__ == "__main__":  # a quick manual check: python scripts/sandbox.py CMD ...
+    import sys
+
+    o = run_limited(sys.argv[1:])
+    print(o.returncode, o.killed_for, f"{o.seconds:.1f}s", f"{o.peak_memory_mb:.0f}MB", o.stdout[-500:], o.stderr[-500:])

@@ -1,0 +1,187 @@
+"""Tests of feedgpu.environment (the machine's description) and feedgpu.plots."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: no display in tests
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from feedgpu import environment, plots  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def test_describe_machine_keys_and_types():
+    info = environment.describe_machine()
+    expected = {
+        "python", "platform", "torch", "torchvision", "logical_cores", "usable_cores",
+        "physical_cores", "memory_bytes", "start_method", "torch_threads", "cuda_available",
+        "cuda_device_count", "cuda_device_name", "mps_available", "device",
+    }
+    missing = expected - set(info)
+    assert not missing, f"describe_machine() lacks keys {sorted(missing)}"
+    assert info["torch"] == torch.__version__, f"torch version {info['torch']!r} != {torch.__version__!r}"
+    assert info["logical_cores"] == os.cpu_count(), "logical_cores must be os.cpu_count()"
+    assert 1 <= info["usable_cores"] <= (os.cpu_count() or 1), (
+        f"usable_cores {info['usable_cores']} outside 1..{os.cpu_count()}"
+    )
+    if hasattr(os, "sched_getaffinity"):
+        assert info["usable_cores"] == len(os.sched_getaffinity(0)), "usable_cores must follow the affinity mask"
+    assert info["memory_bytes"] is None or info["memory_bytes"] > 2**27, (
+        f"implausible memory {info['memory_bytes']!r}"
+    )
+    assert info["device"] in {"cpu", "cuda", "mps"}, f"unknown device {info['device']!r}"
+    assert info["cuda_available"] == torch.cuda.is_available(), "cuda_available disagrees with torch"
+    assert (info["device"] == "cuda") == torch.cuda.is_available(), "device must be cuda iff CUDA is there"
+
+
+def test_start_method_is_the_default_and_not_fixed():
+    before = multiprocessing.get_start_method(allow_none=True)
+    method = environment.start_method()
+    assert method in multiprocessing.get_all_start_methods(), f"unknown start method {method!r}"
+    if before is None:
+        assert method == multiprocessing.get_all_start_methods()[0], "the default is the first listed method"
+    assert multiprocessing.get_start_method(allow_none=True) == before, (
+        "start_method() must not fix the start method as a side effect"
+    )
+
+
+def test_print_machine_prints_a_labelled_table(capsys):
+    info = environment.describe_machine()
+    environment.print_machine(info)
+    out = capsys.readouterr().out
+    for label in ("Python", "torch", "logical cores", "usable cores", "physical cores",
+                  "memory", "start method", "CUDA GPU", "device"):
+        assert label in out, f"print_machine() output lacks the label {label!r}:\n{out}"
+    assert info["start_method"] in out, "the start method's value must be printed"
+
+
+def test_print_machine_handles_unknowns(capsys):
+    info = {"python": "3.x", "start_method": "spawn", "device": "cpu", "physical_cores": None,
+            "memory_bytes": None}
+    environment.print_machine(info)
+    out = capsys.readouterr().out
+    assert "unknown" in out, "missing values must print as 'unknown'"
+    assert any("spawn" in note and "module" in note for note in environment.machine_notes(info)), (
+        "under spawn the notes must say that Dataset classes need a module"
+    )
+
+
+# --------------------------------------------------------------------------- show_faces
+
+
+def _rgb(color, size=(20, 16)):
+    return Image.new("RGB", size, color)
+
+
+class _TinyFaces(torch.utils.data.Dataset):
+    classes = ["Ada_Lovelace", "Alan_Turing"]
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        return _rgb((80 * i, 0, 0)), i % 2
+
+
+def test_show_faces_from_dataset_uses_class_names():
+    ax = plots.show_faces(_TinyFaces(), n=16)
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == ["Ada Lovelace", "Alan Turing", "Ada Lovelace"], f"names drawn: {texts}"
+    assert len(ax.images) == 1, "the faces must be drawn as one grid image"
+    assert ax.get_title() == "3 faces", f"default title {ax.get_title()!r}"
+
+
+def test_show_faces_from_batch_tensor_grid_shape():
+    batch = torch.rand(6, 3, 10, 12)
+    ax = plots.show_faces(batch, labels=torch.tensor([0, 1, 0, 1, 0, 1]), classes=["a", "b"],
+                          n=4, nrow=2, title="four")
+    grid = ax.images[0].get_array()
+    # make_grid with padding 2: 2 rows x (10 + 2) + 2 by 2 cols x (12 + 2) + 2
+    assert grid.shape[:2] == (2 * 12 + 2, 2 * 14 + 2), f"grid shape {grid.shape}"
+    assert [t.get_text() for t in ax.texts] == ["a", "b", "a", "b"], "labels of the first n faces"
+    assert ax.get_title() == "four", "an explicit title must be used"
+
+
+def test_show_faces_mixed_inputs_and_own_axes():
+    images = [torch.rand(1, 8, 8), torch.randint(0, 255, (3, 16, 16), dtype=torch.uint8),
+              torch.randn(3, 8, 8)]
+    fig, ax = plt.subplots()
+    out = plots.show_faces(images, labels=[0, 1, 2], ax=ax)
+    assert out is ax, "show_faces must draw on the Axes it is given and return it"
+    grid = ax.images[0].get_array()
+    assert grid.min() >= 0 and grid.max() <= 1, "displayed values must lie in [0, 1]"
+
+
+def test_show_faces_rejects_empty_and_bad_shapes():
+    with pytest.raises(ValueError):
+        plots.show_faces([], labels=[])
+    with pytest.raises(ValueError):
+        plots.show_faces(torch.rand(3, 8, 8))  # one image, not a batch
+
+
+# --------------------------------------------------------------------------- the timeline
+
+
+@pytest.mark.parametrize("load_s, step_s", [(0.03, 0.02), (0.02, 0.05), (0.04, 0.04), (0.0, 0.01)])
+def test_schedule_totals_follow_the_model(load_s, step_s):
+    n = 7
+    serial = plots._schedule(load_s, step_s, n, overlapped=False)
+    overlap = plots._schedule(load_s, step_s, n, overlapped=True)
+    assert math.isclose(serial["total"], n * (load_s + step_s)), f"serial total {serial['total']}"
+    expected = load_s + step_s + (n - 1) * max(load_s, step_s)
+    assert math.isclose(overlap["total"], expected), f"overlapped total {overlap['total']} != {expected}"
+    for k in range(n):
+        assert overlap["step"][k] >= overlap["load"][k] + load_s - 1e-12, f"step {k} starts before its batch is loaded"
+        if k:
+            assert overlap["step"][k] >= overlap["step"][k - 1] + step_s - 1e-12, f"steps {k - 1} and {k} overlap"
+            assert overlap["load"][k] >= overlap["load"][k - 1] + load_s - 1e-12, f"loads {k - 1} and {k} overlap"
+
+
+def test_schedule_rejects_bad_arguments():
+    for args in [(-0.1, 0.1, 3), (0.1, -0.1, 3), (0.1, 0.1, 0), (0.1, 0.1, 2.5)]:
+        with pytest.raises(ValueError):
+            plots._schedule(*args, overlapped=True)
+
+
+def test_plot_overlap_timeline_draws_four_lanes():
+    ax = plots.plot_overlap_timeline(0.03, 0.02, 5)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert sorted(labels) == sorted(["serial: load", "serial: step", "overlapped: load", "overlapped: step"]), (
+        f"lane labels {labels}"
+    )
+    bars = [c for c in ax.collections if len(c.get_paths()) == 5]
+    assert len(bars) == 4, f"expected 4 lanes of 5 bars, found {len(bars)}"
+    text = " ".join(t.get_text() for t in ax.texts)
+    assert "0.25 s" in text and "0.17 s" in text, f"the two end times must be written: {text!r}"
+
+
+# --------------------------------------------------------------------------- bars
+
+
+def test_bar_with_error_means_and_errors():
+    ax = plots.bar_with_error(["a", "b"], [[1.0, 2.0, 3.0], [5.0]], ylabel="s", predicted=[2.0, 4.0])
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == pytest.approx([2.0, 5.0]), f"bar heights {heights} are not the means"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b"], "tick labels"
+    assert ax.get_ylabel() == "s", "y label"
+    with pytest.raises(ValueError):
+        plots.bar_with_error(["a"], [[]])
+    with pytest.raises(ValueError):
+        plots.bar_with_error(["a", "b"], [[1.0]])

@@ -1,0 +1,59 @@
+"""The grader's sandbox: time, memory and process limits, and no process left behind."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import psutil
+
+from sandbox import Limits, processes_in, run_limited
+
+PY = sys.executable
+
+
+def test_normal_command_returns_its_output():
+    o = run_limited([PY, "-c", "print('hello'); import sys; sys.exit(3)"], Limits(wall_s=60))
+    assert o.returncode == 3 and o.stdout.strip() == "hello" and o.killed_for is None, o
+
+
+def test_infinite_loop_is_stopped_by_the_time_limit():
+    start = time.perf_counter()
+    o = run_limited([PY, "-c", "while True: pass"], Limits(wall_s=2))
+    assert o.killed_for == "time", o
+    assert time.perf_counter() - start < 30, "stopped within a bounded time"
+
+
+def test_loop_that_swallows_interrupts_is_still_stopped():
+    code = ("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.01)")
+    o = run_limited([PY, "-c", code], Limits(wall_s=2))
+    assert o.killed_for == "time" and o.returncode is not None, o
+
+
+def test_memory_bomb_is_stopped():
+    code = "x = []\nwhile True:\n    x.append(bytearray(50 * 2**20))"
+    o = run_limited([PY, "-c", code], Limits(wall_s=60, memory_mb=400))
+    assert o.killed_for == "memory", o
+    assert o.peak_memory_mb > 400, o.peak_memory_mb
+
+
+def test_fork_bomb_is_stopped_and_cleaned_up():
+    code = ("import subprocess, sys, time\nps = [subprocess.Popen(['sleep', '300']) for _ in range(30)]\n"
+            "time.sleep(300)")
+    o = run_limited([PY, "-c", code], Limits(wall_s=60, max_processes=10))
+    assert o.killed_for == "processes", o
+    assert processes_in(o.sessions) == [], "every child is gone"
+
+
+def test_orphans_and_new_sessions_are_killed_at_the_end():
+    code = ("import subprocess, time\n"
+            "subprocess.Popen(['sleep', '300'], start_new_session=True)\n"  # escapes the session
+            "subprocess.Popen(['sh', '-c', 'sleep 301 &'])\n"  # an orphan, re-parented to init
+            "time.sleep(1)")
+    o = run_limited([PY, "-c", code], Limits(wall_s=60))
+    assert o.returncode == 0 and o.killed_for is None, o
+    assert o.leftovers_killed >= 2, o.leftovers_killed
+    alive = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+             if p.info["cmdline"] and p.info["cmdline"][:2] in (["sleep", "300"], ["sleep", "301"])]
+    assert alive == [], alive
