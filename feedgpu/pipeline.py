@@ -268,13 +268,13 @@ class SimResult:
     @property
     def mean_wait_s(self) -> float:
         """Mean time inside ``next()`` per batch, after the transient."""
-        waits = self.wait_s[self.n_batches - self._window():] if self._window() else self.wait_s
+        waits = self.wait_s[self.n_batches - self._window() :] if self._window() else self.wait_s
         return sum(waits) / len(waits)
 
     @property
     def mean_idle_s(self) -> float:
         """Mean time the loop was starved per batch, after the transient."""
-        idles = self.idle_s[self.n_batches - self._window():] if self._window() else self.idle_s
+        idles = self.idle_s[self.n_batches - self._window() :] if self._window() else self.idle_s
         return sum(idles) / len(idles)
 
     @property
@@ -473,17 +473,25 @@ def simulate(
     if num_workers == 0:
         out = _simulate_serial(loads, step_s)
     else:
-        out = _simulate_workers(
-            loads, num_workers, step_s, transfer_s, prefetch_factor, startup_s
-        )
+        out = _simulate_workers(loads, num_workers, step_s, transfer_s, prefetch_factor, startup_s)
     queue_t, queue_n = _queue_curve(out["ready"], out["got"])
     transient = min(max(1, (prefetch_factor + 1) * num_workers), n_batches // 2)
     return SimResult(
-        num_workers=num_workers, load_s=load_s, step_s=step_s, transfer_s=transfer_s,
-        prefetch_factor=prefetch_factor, load_jitter=load_jitter,
+        num_workers=num_workers,
+        load_s=load_s,
+        step_s=step_s,
+        transfer_s=transfer_s,
+        prefetch_factor=prefetch_factor,
+        load_jitter=load_jitter,
         startup_s=startup_s if num_workers else 0.0,
-        loads_s=loads, ready_s=list(out["ready"]), got_s=out["got"], done_s=out["done"],
-        wait_s=out["wait"], idle_s=out["idle"], queue_t=queue_t, queue_n=queue_n,
+        loads_s=loads,
+        ready_s=list(out["ready"]),
+        got_s=out["got"],
+        done_s=out["done"],
+        wait_s=out["wait"],
+        idle_s=out["idle"],
+        queue_t=queue_t,
+        queue_n=queue_n,
         transient=transient,
     )
 
@@ -543,17 +551,34 @@ def plot_model_vs_measured(
     ax.plot(grid, [m * 1e3 for m in model], ".-", color="C0", label="model")
     err = None if measured_std is None else [float(s) * 1e3 for s in measured_std]
     ax.errorbar(
-        workers, [m * 1e3 for m in measured], yerr=err, fmt="o", color="C1",
-        capsize=4, label="measured",
+        workers,
+        [m * 1e3 for m in measured],
+        yerr=err,
+        fmt="o",
+        color="C1",
+        capsize=4,
+        label="measured",
     )
     if simulate_jitter is not None:
         sims = [
-            simulate(w, load_s, step_s, transfer_s=transfer_s, prefetch_factor=prefetch_factor,
-                     n_batches=400, load_jitter=simulate_jitter).steady_s_per_batch
+            simulate(
+                w,
+                load_s,
+                step_s,
+                transfer_s=transfer_s,
+                prefetch_factor=prefetch_factor,
+                n_batches=400,
+                load_jitter=simulate_jitter,
+            ).steady_s_per_batch
             for w in grid
         ]
-        ax.plot(grid, [s * 1e3 for s in sims], "x", color="C2",
-                label=f"simulated (jitter {simulate_jitter:g})")
+        ax.plot(
+            grid,
+            [s * 1e3 for s in sims],
+            "x",
+            color="C2",
+            label=f"simulated (jitter {simulate_jitter:g})",
+        )
     floor = (step_s + transfer_s) * 1e3
     ax.axhline(floor, color="grey", linestyle=":", label="step + transfer (floor with workers)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))

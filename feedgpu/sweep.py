@@ -66,9 +66,7 @@ def grid_settings(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
         if len(values) == 0:
             raise ValueError(f"grid[{name!r}] is empty; give at least one value")
         if name in RESULT_COLUMNS:
-            raise ValueError(
-                f"grid parameter {name!r} clashes with a result column; rename it"
-            )
+            raise ValueError(f"grid parameter {name!r} clashes with a result column; rename it")
     names = list(grid)
     return [dict(zip(names, combo)) for combo in itertools.product(*grid.values())]
 
@@ -144,7 +142,7 @@ _NICE_LABELS = {
 def _std_column(df: Any, y: str) -> str | None:
     """The column holding the spread of ``y``: mean_X -> std_X, when present."""
     if y.startswith("mean_"):
-        candidate = "std_" + y[len("mean_"):]
+        candidate = "std_" + y[len("mean_") :]
         if candidate in df.columns:
             return candidate
     return None

@@ -329,7 +329,9 @@ def time_loader(
     Args:
         loader: a ``torch.utils.data.DataLoader`` (any re-iterable of batches works).
         batches: batches to time per repeat; None times all that remain after warm-up.
-        warmup: batches after the first one consumed but not timed, per repeat.
+        warmup: batches after the first one consumed but not timed, per repeat. With
+            workers, use at least ``num_workers``: the workers start together and
+            deliver their first batches in a burst, which would flatter the timing.
         repeats: how many times to start a fresh iteration and measure.
         step: the simulated training step run on every batch: None (no step), a number
             of seconds to sleep, or a callable taking the batch.
@@ -347,7 +349,11 @@ def time_loader(
     clock = _make_clock()
     persistent = bool(getattr(loader, "persistent_workers", False))
     timing = LoaderTiming(
-        startup_s=[], s_per_batch=[], waits_s=[], steps_s=[], n_batches=[],
+        startup_s=[],
+        s_per_batch=[],
+        waits_s=[],
+        steps_s=[],
+        n_batches=[],
         warmup=int(warmup),
         batch_size=getattr(loader, "batch_size", None),
         num_workers=getattr(loader, "num_workers", None),
@@ -364,12 +370,16 @@ def time_loader(
         timing.n_batches.append(len(waits))
         logger.debug(
             "repeat %d: start-up %.4f s, %.5f s/batch over %d batches",
-            r + 1, startup, per_batch, len(waits),
+            r + 1,
+            startup,
+            per_batch,
+            len(waits),
         )
     if persistent and repeats > 1:
         logger.info(
             "persistent workers: start-up %.4f s on the first repeat, %.4f s later",
-            timing.first_startup_s, timing.later_startup_s,
+            timing.first_startup_s,
+            timing.later_startup_s,
         )
     return timing
 
@@ -423,8 +433,12 @@ def plot_timings(results: Any, ax: Any = None, *, title: str | None = None) -> A
         _, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
     xs = list(range(len(labels)))
     ax.errorbar(
-        xs, [m * 1e3 for m in means], yerr=[s * 1e3 for s in stds],
-        fmt="o", capsize=4, markersize=6,
+        xs,
+        [m * 1e3 for m in means],
+        yerr=[s * 1e3 for s in stds],
+        fmt="o",
+        capsize=4,
+        markersize=6,
     )
     ax.set_xticks(xs)
     ax.set_xticklabels(labels)

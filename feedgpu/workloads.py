@@ -53,9 +53,7 @@ def spin_cpu(seconds: float) -> None:
             x = (x * 1103515245 + 12345) & 0x7FFFFFFF
 
 
-def make_item(
-    index: int, shape: tuple[int, ...], as_numpy: bool
-) -> torch.Tensor | np.ndarray:
+def make_item(index: int, shape: tuple[int, ...], as_numpy: bool) -> torch.Tensor | np.ndarray:
     """Build the payload of item ``index``: an array of ``shape`` filled with ``index``.
 
     Filling with the index lets a test check which items a batch holds and in what order.
@@ -76,9 +74,7 @@ def make_item(
 class _CostDataset(Dataset):
     """Shared wiring: ``n`` items, each an array from :func:`make_item`."""
 
-    def __init__(
-        self, n: int, item_shape: tuple[int, ...] = (), as_numpy: bool = False
-    ) -> None:
+    def __init__(self, n: int, item_shape: tuple[int, ...] = (), as_numpy: bool = False) -> None:
         if int(n) != n or n < 0:
             raise ValueError(f"n must be a non-negative integer, got {n!r}")
         self.n = int(n)

@@ -129,13 +129,15 @@ def bench_loader(batch_size: int = 64, batches: int = 30) -> list[Figure]:
 # --------------------------------------------------------------------------- notebooks
 
 
-def bench_notebooks() -> list[Figure]:
+def bench_notebooks(names: tuple[str, ...] | None = None) -> list[Figure]:
     """Execution time of every solution notebook (nbclient, a fresh kernel each)."""
     import nbformat
     from nbclient import NotebookClient
 
     out = []
     for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        if names and path.stem not in names:
+            continue
         nb = nbformat.read(path, as_version=4)
         start = time.perf_counter()
         NotebookClient(nb, timeout=600, kernel_name="python3",
@@ -144,13 +146,69 @@ def bench_notebooks() -> list[Figure]:
     return out
 
 
+# --------------------------------------------------------------------------- grading
+
+
+def _class_of(students: int, names: list[str], root: Path) -> Path:
+    """``root/submitted/<student>/<assignment>/`` holding the solutions, for ``students`` students."""
+    import shutil
+
+    subs = root / "submitted"
+    for k in range(students):
+        for name in names:
+            (subs / f"student{k:03d}" / name).mkdir(parents=True)
+            shutil.copy(ROOT / "solutions" / name / f"{name}.ipynb", subs / f"student{k:03d}" / name)
+    return subs
+
+
+def bench_grading(names: tuple[str, ...] = ("00_orientation", "01_dataset")) -> list[Figure]:
+    """Grading one submission vs executing the notebook; peak memory while grading."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import grade
+
+    executed = {f["name"].removeprefix("notebook "): f["value"] for f in bench_notebooks(names)}
+    out = []
+    with tempfile.TemporaryDirectory(dir=ROOT / "build") as tmp:
+        subs = _class_of(1, list(names), Path(tmp))
+        workdir = Path(tmp) / "grading"
+        grade.register_assignments(workdir, list(names))
+        for name in names:
+            start = time.perf_counter()
+            result = grade.grade_one(workdir, subs, "student000", name, grade.Limits(), 120)
+            seconds = time.perf_counter() - start
+            out += [figure(f"grade one {name}", seconds, "s", f"autograde + feedback; {result.status}"),
+                    figure(f"grade/execute {name}", seconds / executed[name], "x", "budget <= 1.5"),
+                    figure(f"peak grading memory {name}", result.peak_memory_mb, "MB",
+                           "RSS of nbgrader, kernel and workers together")]
+    return out
+
+
+def bench_grading_class(students: int = 15) -> list[Figure]:
+    """Time to grade a class: ``students`` x (00, 01) = 30 submissions of the solutions."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import grade
+
+    with tempfile.TemporaryDirectory(dir=ROOT / "build") as tmp:
+        subs = _class_of(students, ["00_orientation", "01_dataset"], Path(tmp))
+        start = time.perf_counter()
+        results = grade.grade_class(subs, Path(tmp) / "grading", progress=True)
+        seconds = time.perf_counter() - start
+    graded = sum(r.status == "graded" for r in results)
+    return [figure(f"grade {len(results)} submissions", seconds, "s", f"{graded} graded"),
+            figure("grading time per submission", seconds / len(results), "s"),
+            figure("peak grading memory, class", max(r.peak_memory_mb or 0 for r in results), "MB")]
+
+
 BENCHES: dict[str, Callable[[], list[Figure]]] = {
     "generation": bench_generation,
     "file_size": bench_file_size,
     "decode": bench_decode,
     "loader": bench_loader,
     "notebooks": bench_notebooks,
+    "grading": bench_grading,
 }
+#: Long measurements, run only when named with --only.
+EXTRA: dict[str, Callable[[], list[Figure]]] = {"grading_class": bench_grading_class}
 
 
 def machine() -> dict:
@@ -170,13 +228,13 @@ def print_table(figures: list[Figure]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "bench.json")
-    parser.add_argument("--only", nargs="*", choices=sorted(BENCHES), help="run only these")
+    parser.add_argument("--only", nargs="*", choices=sorted(BENCHES | EXTRA), help="run only these")
     args = parser.parse_args(argv)
     (ROOT / "build").mkdir(exist_ok=True)
     figures = []
     for name in args.only or BENCHES:
         print(f"measuring {name} ...", file=sys.stderr, flush=True)
-        figures.extend(BENCHES[name]())
+        figures.extend((BENCHES | EXTRA)[name]())
     print_table(figures)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.output.with_suffix(".tmp")

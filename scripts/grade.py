@@ -28,7 +28,7 @@ import argparse
 import csv
 import json
 import logging
-import os
+import re
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field, fields
@@ -101,10 +101,40 @@ def find_submissions(submissions: Path, known: list[str]) -> list[tuple[str, str
     return pairs
 
 
-def _last_error(text: str) -> str:
+#: nbgrader's fatal errors, and what they mean for the student.
+KNOWN_FAILURES = {
+    "DeadKernelError": "the kernel died while running the notebook (os._exit, a crash, or out of memory)",
+    "CellTimeoutError": "a cell ran past the time limit per cell and did not stop when interrupted",
+}
+
+
+def _reason(text: str) -> str:
+    """The most telling line of nbgrader's output for a failed submission."""
+    for name, meaning in KNOWN_FAILURES.items():
+        if name in text:
+            return meaning
     lines = [l.strip() for l in text.splitlines() if l.strip()]
-    errors = [l for l in lines if "error" in l.lower()]
-    return (errors or lines or ["nbgrader failed without a message"])[-1][:300]
+    exceptions = [l for l in lines if re.match(r"^[\w.]+(Error|Exception|Exit)\b", l)]
+    return (exceptions or [l for l in lines if "error" in l.lower()] or lines
+            or ["nbgrader failed without a message"])[-1][:300]
+
+
+def cell_errors(notebook: Path, cell_timeout: float) -> list[str]:
+    """One note per cell of the autograded ``notebook`` that ended in an error."""
+    import nbformat
+
+    notes = []
+    for i, cell in enumerate(nbformat.read(notebook, as_version=4).cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") != "error":
+                continue
+            where = cell.metadata.get("nbgrader", {}).get("grade_id") or f"cell {i}"
+            if out.get("ename") in ("KeyboardInterrupt", "CellTimeoutError"):
+                notes.append(f"{where} ran past the {cell_timeout:.0f} s limit per cell")
+            elif not where.startswith("test_"):  # failed tests are in the feedback already
+                notes.append(f"{where} raised {out.get('ename')}")
+            break
+    return notes
 
 
 def _prepare_copy(workdir: Path, submissions: Path, student: str, assignment: str) -> tuple[list, list]:
@@ -138,7 +168,7 @@ def grade_one(workdir: Path, submissions: Path, student: str, assignment: str,
     if out.killed_for:
         failed = describe(out, limits)
     elif out.returncode:
-        failed = _last_error(out.stderr + out.stdout)
+        failed = _reason(out.stderr + out.stdout)
     if not failed:
         run_limited(_nbgrader_cmd(["generate_feedback", assignment, f"--student={student}", "--force"],
                                   workdir), Limits(wall_s=300), cwd=ROOT, env=_env())
@@ -146,8 +176,8 @@ def grade_one(workdir: Path, submissions: Path, student: str, assignment: str,
         Result(student, assignment, "failed", reason=failed)
     result.notes, result.flags = notes, flags
     result.seconds, result.peak_memory_mb = round(out.seconds, 2), round(out.peak_memory_mb, 1)
-    if "timeout" in (out.stderr + out.stdout).lower():
-        result.notes.append(f"a cell ran past the {cell_timeout:.0f} s limit per cell")
+    for graded in sorted((workdir / "autograded" / student / assignment).glob("*.ipynb")):
+        result.notes += cell_errors(graded, cell_timeout)
     return result
 
 
@@ -249,8 +279,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-mb", type=float, default=defaults.memory_mb,
                         help="memory of the grading processes together, in MB")
     parser.add_argument("--max-processes", type=int, default=defaults.max_processes)
+    parser.add_argument("--report-only", action="store_true",
+                        help="grade nothing: rewrite grades.csv from the gradebook (after hand grading)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="grade: %(message)s")
+    if args.report_only:
+        save(args.workdir.resolve(), load_status(args.workdir.resolve()))
+        print(f"grades: {args.workdir.resolve() / CSV_NAME}")
+        return 0
     limits = Limits(wall_s=args.timeout, memory_mb=args.memory_mb, max_processes=args.max_processes)
     try:
         results = grade_class(args.submissions, args.workdir, limits, args.cell_timeout)

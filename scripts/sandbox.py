@@ -42,7 +42,7 @@ class Outcome:
     stdout: str
     stderr: str
     seconds: float
-    peak_memory_mb: float
+    peak_memory_mb: float  # peak RSS of all processes together (an upper bound; see _memory_mb)
     peak_processes: int
     killed_for: str | None = None  # "time", "memory" or "processes"
     leftovers_killed: int = 0  # processes still alive after the command ended
@@ -77,11 +77,17 @@ def _track(root: psutil.Process, sessions: set[int]) -> list[psutil.Process]:
     return processes_in(sessions)
 
 
-def _rss_mb(procs: list[psutil.Process]) -> float:
+def _memory_mb(procs: list[psutil.Process], proportional: bool = False) -> float:
+    """Resident memory of ``procs`` together, in MB.
+
+    RSS counts the pages that forked DataLoader workers share with their parent once per
+    process, so it overstates; PSS splits shared pages fairly but costs ~10 ms a process
+    to read. The watchdog polls RSS and confirms with PSS before it kills.
+    """
     total = 0
     for p in procs:
         try:
-            total += p.memory_info().rss
+            total += p.memory_full_info().pss if proportional else p.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass
     return total / 2**20
@@ -112,18 +118,22 @@ def run_limited(cmd: list[str], limits: Limits = Limits(), *, cwd: str | os.Path
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         root = psutil.Process(proc.pid)
         sessions = {proc.pid}
-        killed_for, peak_mb, peak_n = None, 0.0, 1
+        killed_for, peak_mb, peak_n, last_pss = None, 0.0, 1, 0.0
         try:
             while proc.poll() is None:
                 procs = _track(root, sessions)
-                rss = _rss_mb(procs)
+                rss = _memory_mb(procs)
                 peak_mb, peak_n = max(peak_mb, rss), max(peak_n, len(procs))
-                if time.perf_counter() - start > limits.wall_s:
+                now = time.perf_counter()
+                if now - start > limits.wall_s:
                     killed_for = "time"
-                elif rss > limits.memory_mb:
-                    killed_for = "memory"
                 elif len(procs) > limits.max_processes:
                     killed_for = "processes"
+                elif rss > limits.memory_mb and now - last_pss > 1.0:
+                    last_pss = now
+                    pss = _memory_mb(procs, proportional=True)
+                    if pss > limits.memory_mb:
+                        killed_for, peak_mb = "memory", pss
                 if killed_for:
                     logger.warning("killing %s: over its %s limit", cmd[:2], killed_for)
                     kill_sessions(sessions)

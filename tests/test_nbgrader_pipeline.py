@@ -70,6 +70,16 @@ def graded(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_solutions_execute_without_error(graded):
+    workdir, _, _ = graded
+    for name in ASSIGNMENTS:
+        nb = nbformat.read(workdir / "autograded" / "ada_solution" / name / f"{name}.ipynb", 4)
+        errors = [(i, o.get("ename"), o.get("evalue", "")[:200]) for i, c in enumerate(nb.cells)
+                  if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        assert not errors, f"{name}: cells that raised {errors}"
+
+
+@pytest.mark.slow
 def test_solutions_get_full_marks(graded):
     _, _, rows = graded
     ada = [r for r in rows if r["student"] == "ada_solution"]

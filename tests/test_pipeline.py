@@ -72,8 +72,14 @@ def test_model_more_workers_never_slower_and_floored_by_main_process():
 
 
 @pytest.mark.parametrize(
-    "args", [(-1, 0.1, 0.1, 0.0), (1.5, 0.1, 0.1, 0.0), (1, -0.1, 0.1, 0.0),
-             (1, 0.1, float("nan"), 0.0), (1, 0.1, 0.1, -1.0)],
+    "args",
+    [
+        (-1, 0.1, 0.1, 0.0),
+        (1.5, 0.1, 0.1, 0.0),
+        (1, -0.1, 0.1, 0.0),
+        (1, 0.1, float("nan"), 0.0),
+        (1, 0.1, 0.1, -1.0),
+    ],
 )
 def test_model_rejects_bad_arguments(args):
     with pytest.raises(ValueError):
@@ -85,7 +91,9 @@ def test_model_rejects_bad_arguments(args):
 
 @pytest.mark.parametrize("prefetch", [2, 3, 4])
 def test_simulation_agrees_with_model_without_jitter(prefetch):
-    grid = itertools.product([0, 1, 2, 3, 4, 8], [0.0, 0.01, 0.1, 0.4], [0.0, 0.02, 0.05], [0.0, 0.005, 0.03])
+    grid = itertools.product(
+        [0, 1, 2, 3, 4, 8], [0.0, 0.01, 0.1, 0.4], [0.0, 0.02, 0.05], [0.0, 0.005, 0.03]
+    )
     for w, load, step, transfer in grid:
         sim = simulate(w, load, step, transfer_s=transfer, prefetch_factor=prefetch, n_batches=120)
         model = steady_state_time_per_batch(w, load, step, transfer)
@@ -135,7 +143,7 @@ def test_simulation_in_order_batches_arrive_in_bursts_of_workers():
     sim = simulate(4, 0.4, 0.01, n_batches=12)
     assert sim.ready_s[:4] == pytest.approx([0.4] * 4), f"first round: {sim.ready_s[:4]}"
     assert sim.ready_s[4:8] == pytest.approx([0.8] * 4), f"second round: {sim.ready_s[4:8]}"
-    assert sim.got_s[:4] == pytest.approx([0.4, 0.41, 0.42, 0.43]), f"loop takes them one by one"
+    assert sim.got_s[:4] == pytest.approx([0.4, 0.41, 0.42, 0.43]), "loop takes them one by one"
 
 
 def test_simulation_larger_prefetch_absorbs_jitter():
@@ -143,7 +151,9 @@ def test_simulation_larger_prefetch_absorbs_jitter():
     # times vary (coefficient of variation 1): a deeper queue rides out the slow ones.
     for seed in range(5):
         runs = {
-            pf: simulate(4, 0.16, 0.05, prefetch_factor=pf, n_batches=600, load_jitter=1.0, seed=seed)
+            pf: simulate(
+                4, 0.16, 0.05, prefetch_factor=pf, n_batches=600, load_jitter=1.0, seed=seed
+            )
             for pf in (1, 8)
         }
         shallow, deep = runs[1], runs[8]
@@ -177,15 +187,22 @@ def test_simulation_no_prefetch_fixes_a_rate_mismatch():
 
 
 def test_simulation_records_are_consistent():
-    sim = simulate(3, 0.1, 0.02, transfer_s=0.005, prefetch_factor=2, n_batches=50,
-                   load_jitter=0.5, seed=3)
+    sim = simulate(
+        3, 0.1, 0.02, transfer_s=0.005, prefetch_factor=2, n_batches=50, load_jitter=0.5, seed=3
+    )
     n = sim.n_batches
-    assert n == 50 and len(sim.ready_s) == len(sim.got_s) == len(sim.wait_s) == n, "one entry per batch"
-    assert all(g >= r for g, r in zip(sim.got_s, sim.ready_s)), "a batch is returned after it is ready"
+    assert n == 50 and len(sim.ready_s) == len(sim.got_s) == len(sim.wait_s) == n, (
+        "one entry per batch"
+    )
+    assert all(g >= r for g, r in zip(sim.got_s, sim.ready_s)), (
+        "a batch is returned after it is ready"
+    )
     assert all(b > a for a, b in itertools.pairwise(sim.done_s)), "steps finish in order"
     assert all(0 <= i <= w for i, w in zip(sim.idle_s, sim.wait_s)), "idle is part of the wait"
     assert min(sim.queue_n) >= 0 and sim.queue_n[-1] == 0, f"queue: {sim.queue_n[:10]}..."
-    assert sim.max_queue <= 2 * 3, f"at most prefetch x workers batches in flight, got {sim.max_queue}"
+    assert sim.max_queue <= 2 * 3, (
+        f"at most prefetch x workers batches in flight, got {sim.max_queue}"
+    )
     assert sim.queue_t == sorted(sim.queue_t), "queue times in order"
 
 
@@ -208,7 +225,8 @@ def test_draw_load_times_mean_and_spread():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"prefetch_factor": 0}, {"n_batches": 0}, {"load_jitter": -0.1}, {"startup_s": -1.0}],
+    "kwargs",
+    [{"prefetch_factor": 0}, {"n_batches": 0}, {"load_jitter": -0.1}, {"startup_s": -1.0}],
 )
 def test_simulate_rejects_bad_arguments(kwargs):
     with pytest.raises(ValueError):
@@ -229,15 +247,23 @@ def test_simulate_rejects_bad_arguments(kwargs):
     ],
 )
 def test_bottleneck_named(args, stage, words):
-    assert bottleneck_stage(*args) == stage, f"{args}: expected {stage}, got {bottleneck_stage(*args)}"
+    assert bottleneck_stage(*args) == stage, (
+        f"{args}: expected {stage}, got {bottleneck_stage(*args)}"
+    )
     text = explain_bottleneck(*args)
     assert words in text, f"{args}: explanation should mention {words!r}: {text}"
     assert len(text) < 400, f"explanations are short: {len(text)} characters"
 
 
 def test_plot_model_vs_measured(tmp_path):
-    ax = plot_model_vs_measured(SO_WORKERS, SO_MEASURED, load_s=SO_LOAD_S, step_s=SO_STEP_S,
-                                measured_std=[0.01] * 5, simulate_jitter=0.3)
+    ax = plot_model_vs_measured(
+        SO_WORKERS,
+        SO_MEASURED,
+        load_s=SO_LOAD_S,
+        step_s=SO_STEP_S,
+        measured_std=[0.01] * 5,
+        simulate_jitter=0.3,
+    )
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     for wanted in ("model", "measured"):
         assert wanted in labels, f"legend should name {wanted!r}: {labels}"

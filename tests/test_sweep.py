@@ -20,20 +20,30 @@ from feedgpu.sweep import grid_settings, plot_sweep, sweep
 from feedgpu.workloads import SleepDataset
 
 RESULT_COLUMNS = [
-    "mean_s_per_batch", "std_s_per_batch", "startup_s", "items_per_s", "wait_fraction",
+    "mean_s_per_batch",
+    "std_s_per_batch",
+    "startup_s",
+    "items_per_s",
+    "wait_fraction",
 ]
 
 
 def free_loader(batch_size: int = 4, num_workers: int = 0, **kwargs) -> DataLoader:
     """A loader whose items cost nothing, for structural tests."""
-    return DataLoader(SleepDataset(64, 0.0), batch_size=batch_size, num_workers=num_workers, **kwargs)
+    return DataLoader(
+        SleepDataset(64, 0.0), batch_size=batch_size, num_workers=num_workers, **kwargs
+    )
 
 
 def test_grid_settings_is_the_cartesian_product_last_key_fastest():
     settings = grid_settings({"a": [1, 2], "b": ["x", "y", "z"]})
     expected = [
-        {"a": 1, "b": "x"}, {"a": 1, "b": "y"}, {"a": 1, "b": "z"},
-        {"a": 2, "b": "x"}, {"a": 2, "b": "y"}, {"a": 2, "b": "z"},
+        {"a": 1, "b": "x"},
+        {"a": 1, "b": "y"},
+        {"a": 1, "b": "z"},
+        {"a": 2, "b": "x"},
+        {"a": 2, "b": "y"},
+        {"a": 2, "b": "z"},
     ]
     assert settings == expected, f"grid order: {settings}"
 
@@ -60,14 +70,18 @@ def test_sweep_calls_make_loader_once_per_setting_in_order():
         return free_loader(batch_size)
 
     df = sweep(
-        make_loader, {"batch_size": [2, 4], "weight": [1, 2, 3]},
-        progress=False, batches=2, warmup=0, repeats=1,
+        make_loader,
+        {"batch_size": [2, 4], "weight": [1, 2, 3]},
+        progress=False,
+        batches=2,
+        warmup=0,
+        repeats=1,
     )
     expected_calls = [(2, 1), (2, 2), (2, 3), (4, 1), (4, 2), (4, 3)]
     assert calls == expected_calls, f"make_loader calls: {calls}"
-    assert list(df[["batch_size", "weight"]].itertuples(index=False, name=None)) == expected_calls, (
-        "one row per setting, in grid order"
-    )
+    assert (
+        list(df[["batch_size", "weight"]].itertuples(index=False, name=None)) == expected_calls
+    ), "one row per setting, in grid order"
     assert list(df.columns[:2]) == ["batch_size", "weight"], f"params first: {list(df.columns)}"
     missing = [c for c in RESULT_COLUMNS if c not in df.columns]
     assert not missing, f"result columns missing: {missing}"
@@ -94,12 +108,20 @@ def test_sweep_workload_weight_and_workers():
         return DataLoader(SleepDataset(160, 0.005 * weight), batch_size=4, num_workers=num_workers)
 
     df = sweep(
-        make_loader, {"num_workers": [0, 2], "weight": [1, 2]},
-        progress=False, batches=3, warmup=2, repeats=2,
+        make_loader,
+        {"num_workers": [0, 2], "weight": [1, 2]},
+        progress=False,
+        batches=3,
+        warmup=2,
+        repeats=2,
     )
     t = df.set_index(["num_workers", "weight"])["mean_s_per_batch"]
-    assert t[(0, 2)] / t[(0, 1)] >= 1.3, f"doubling the weight should double the time: {t.to_dict()}"
-    assert t[(0, 2)] / t[(2, 2)] >= 1.4, f"2 workers should speed up a sleep workload: {t.to_dict()}"
+    assert t[(0, 2)] / t[(0, 1)] >= 1.3, (
+        f"doubling the weight should double the time: {t.to_dict()}"
+    )
+    assert t[(0, 2)] / t[(2, 2)] >= 1.4, (
+        f"2 workers should speed up a sleep workload: {t.to_dict()}"
+    )
 
 
 def test_sweep_stops_persistent_workers_between_settings():
@@ -115,8 +137,13 @@ def test_sweep_stops_persistent_workers_between_settings():
 
 def test_sweep_passes_timing_errors_on():
     with pytest.raises(ValueError):
-        sweep(lambda batch_size: free_loader(batch_size), {"batch_size": [64]},
-              progress=False, batches=5, repeats=1)
+        sweep(
+            lambda batch_size: free_loader(batch_size),
+            {"batch_size": [64]},
+            progress=False,
+            batches=5,
+            repeats=1,
+        )
 
 
 # --------------------------------------------------------------------------- plot
@@ -127,8 +154,14 @@ def sweep_frame() -> pd.DataFrame:
     rows = []
     for bs in (8, 16):
         for w, t in zip((0, 1, 2), (0.04, 0.04, 0.02)):
-            rows.append({"num_workers": w, "batch_size": bs,
-                         "mean_s_per_batch": t * bs / 8, "std_s_per_batch": 0.001})
+            rows.append(
+                {
+                    "num_workers": w,
+                    "batch_size": bs,
+                    "mean_s_per_batch": t * bs / 8,
+                    "std_s_per_batch": 0.001,
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -29,9 +29,7 @@ BATCH_S = ITEM_S * BATCH  # 40 ms: what one batch costs to load
 
 def sleep_loader(num_workers: int, n: int = 200, **kwargs) -> DataLoader:
     """A loader over 5 ms items in batches of 8."""
-    return DataLoader(
-        SleepDataset(n, ITEM_S), batch_size=BATCH, num_workers=num_workers, **kwargs
-    )
+    return DataLoader(SleepDataset(n, ITEM_S), batch_size=BATCH, num_workers=num_workers, **kwargs)
 
 
 class SlowStart:
@@ -188,7 +186,10 @@ def test_time_loader_persistent_workers_reused_and_start_fast():
     pids: list[set[int]] = []
     try:
         timing = time_loader(
-            loader, batches=None, warmup=1, repeats=3,
+            loader,
+            batches=None,
+            warmup=1,
+            repeats=3,
             step=lambda batch: pids.append(worker_pids() - before),
         )
         assert set.union(*pids) == pids[0] and len(pids[0]) == 2, (
@@ -305,3 +306,31 @@ def test_plot_waits_draws_one_line_per_repeat(tmp_path):
     )
     ax.figure.savefig(tmp_path / "waits.png")
     assert (tmp_path / "waits.png").stat().st_size > 0, "the figure should save"
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+def test_spin_dataset_costs_at_least_its_cpu_time():
+    from feedgpu.workloads import SpinDataset
+
+    loader = DataLoader(SpinDataset(40, 0.005), batch_size=4, num_workers=0)
+    timing = time_loader(loader, batches=3, warmup=1, repeats=1)
+    assert timing.mean_s_per_batch >= 0.9 * 4 * 0.005, (
+        f"4 items of 5 ms CPU each cannot take less than 20 ms: {timing.mean_s_per_batch} s"
+    )
+
+
+@pytest.mark.slow  # starting a spawned worker imports torch afresh: about 4 s
+def test_workloads_run_in_spawned_workers():
+    # macOS and Windows start workers with spawn: the dataset must be importable.
+    loader = DataLoader(
+        SleepDataset(8, 0.0, item_shape=(2,)),
+        batch_size=4,
+        num_workers=1,
+        multiprocessing_context="spawn",
+    )
+    batches = list(loader)
+    assert [b[:, 0].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]], (
+        f"spawned worker returned {batches}"
+    )
