@@ -473,29 +473,33 @@ def _has_display() -> bool:
 def show_batch(images, labels, classes: list[str], output: str | os.PathLike | None = None) -> Path | None:
     """Draw a batch as a grid with the people's names; save it to ``output`` or show it.
 
+    With ``output`` (or without a display) the figure is drawn off-screen and written as a
+    PNG, without touching matplotlib's global backend (so a notebook keeps its inline plots).
+
     Returns:
         The PNG's path when one was written, else ``None`` (shown on screen).
     """
-    import matplotlib
-
-    if output is not None or not _has_display():
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
     from torchvision.utils import make_grid
 
     n = min(len(images), 16)
     grid = make_grid(images[:n], nrow=int(math.ceil(math.sqrt(n))), padding=4)
-    fig, ax = plt.subplots(figsize=(8, 8))
+    names = ", ".join(classes[int(label)].replace("_", " ") for label in labels[:n])
+    if output is None and _has_display():
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(8, 8))
+    else:
+        fig = Figure(figsize=(8, 8))
+        ax = fig.add_subplot()
     ax.imshow(grid.permute(1, 2, 0).numpy())
     ax.set_axis_off()
-    names = ", ".join(classes[int(l)].replace("_", " ") for l in labels[:n])
     ax.set_title(f"{n} faces: {names}", fontsize=7, wrap=True)
     if output is None and _has_display():
         plt.show()
         return None
     out = Path(output if output is not None else "lfw_batch.png")
     fig.savefig(out, dpi=100, bbox_inches="tight")
-    plt.close(fig)
     return out
 
 

@@ -67,9 +67,9 @@ def _with_cell_after(nb, grade_id: str, source: str):
     return nb
 
 
-def _student_version(solution) -> "nbformat.NotebookNode":
+def _student_version(solution, release: Path = RELEASE) -> "nbformat.NotebookNode":
     """The solution as a student would hand it in: answers filled in, released test cells."""
-    released = nbformat.read(RELEASE, 4)
+    released = nbformat.read(release, 4)
     nb = nbformat.from_dict(released)
     for cell in nb.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -255,3 +255,25 @@ def test_report_only_rewrites_the_csv_from_the_gradebook(klass):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-1000:]
     assert csv_path.read_text() == before, "the same rows, read back from the gradebook"
+
+
+def test_grader_with_spawn_gives_full_marks(tmp_path, monkeypatch):
+    """Students on macOS/Windows run with spawn, the Linux grader with fork; here the grader
+    runs with spawn as the default start method, and the solutions still get full marks."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import multiprocessing\nmultiprocessing.set_start_method('spawn', force=True)\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    subs = tmp_path / "submitted"
+    for name in ("00_orientation", "01_dataset"):
+        nb = _student_version(nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", 4),
+                              ROOT / "notebooks" / name / f"{name}.ipynb")
+        (subs / "eve_mac" / name).mkdir(parents=True)
+        nbformat.write(nb, subs / "eve_mac" / name / f"{name}.ipynb")
+    results = grade.grade_class(subs, tmp_path / "grading", LIMITS, 60, progress=False)
+    for r in results:
+        assert r.status == "graded" and r.code_score == r.max_code_score > 0, r
+    graded = nbformat.read(tmp_path / "grading" / "autograded" / "eve_mac" / "01_dataset" / "01_dataset.ipynb", 4)
+    printed = "".join(o.get("text", "") for c in graded.cells if c.cell_type == "code" for o in c.outputs)
+    assert "spawn" in printed, "the notebook saw spawn as its start method"
