@@ -69,7 +69,8 @@ __all__ = [
 
 def make_array(index: int, shape: Sequence[int], dtype: Any = "float64") -> np.ndarray:
     """The payload of item ``index``: an array of ``shape`` and ``dtype`` filled with
-    ``index % 256`` (so it fits every dtype, uint8 included).
+    ``index % 256`` (so it fits uint8 and every wider dtype; for int8 the value wraps
+    around as numpy's cast does, so the 256 fills stay distinct).
 
     Filling is much cheaper than drawing random numbers, so building an item costs almost
     nothing next to its sleep; the bytes to move are the same either way.
@@ -82,7 +83,8 @@ def make_array(index: int, shape: Sequence[int], dtype: Any = "float64") -> np.n
     Returns:
         A C-contiguous numpy array.
     """
-    return np.full(tuple(int(s) for s in shape), index % 256, dtype=np.dtype(dtype))
+    fill = np.array(index % 256).astype(np.dtype(dtype))  # a cast wraps where a fill would overflow
+    return np.full(tuple(int(s) for s in shape), fill, dtype=np.dtype(dtype))
 
 
 def make_records(n: int, shape: Sequence[int], dtype: Any = "float64") -> list[np.ndarray]:

@@ -187,6 +187,33 @@ def bench_model(load_item_s: float = 0.001, items: int = 32, step_s: float = 0.0
     return out
 
 
+def bench_transfer() -> list[Figure]:
+    """What the main process pays to receive one batch from a worker: a list of pickled
+    numpy arrays (the Stack Overflow question's collate) vs one collated tensor, whose
+    storage travels in shared memory."""
+    import functools
+
+    from feedgpu.transfer import collate_list, collate_tensor, transfer_time_per_batch
+
+    out = []
+    for label, n, shape, dtype in (("128 x 1000x150 float64", 128, (1000, 150), "float64"),
+                                   ("64 x 3x250x250 float32", 64, (3, 250, 250), "float32")):
+        seconds = {}
+        for kind, collate in (("pickled numpy list", collate_list), ("shared-memory tensor", collate_tensor)):
+            make = functools.partial(_collated, collate, n, shape, dtype)
+            seconds[kind] = transfer_time_per_batch(make, batches=6, warmup=2)
+            out.append(figure(f"transfer {label}, {kind}", seconds[kind] * 1e3, "ms/batch", "median"))
+        ratio = seconds["pickled numpy list"] / seconds["shared-memory tensor"]
+        out.append(figure(f"transfer {label}, list / tensor", ratio, "x", "budget >= 3 on the large batch"))
+    return out
+
+
+def _collated(collate, n, shape, dtype):
+    from feedgpu.transfer import make_records
+
+    return collate(make_records(n, shape, dtype))
+
+
 # --------------------------------------------------------------------------- notebooks
 
 
@@ -267,6 +294,7 @@ BENCHES: dict[str, Callable[[], list[Figure]]] = {
     "loader": bench_loader,
     "decode_paths": bench_decode_paths,
     "model": bench_model,
+    "transfer": bench_transfer,
     "notebooks": bench_notebooks,
     "grading": bench_grading,
 }
