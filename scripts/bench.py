@@ -322,17 +322,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHES | EXTRA), help="run only these")
     args = parser.parse_args(argv)
     (ROOT / "build").mkdir(exist_ok=True)
-    figures = []
+    figures, failed = [], []
     for name in args.only or BENCHES:
         print(f"measuring {name} ...", file=sys.stderr, flush=True)
-        figures.extend((BENCHES | EXTRA)[name]())
+        try:
+            figures.extend((BENCHES | EXTRA)[name]())
+        except Exception as err:  # noqa: BLE001 (keep the other figures; report at the end)
+            failed.append(f"{name}: {type(err).__name__}: {err}"[:500])
     print_table(figures)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.output.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"machine": machine(), "figures": figures}, indent=2))
+    tmp.write_text(json.dumps({"machine": machine(), "figures": figures, "failed": failed}, indent=2))
     tmp.replace(args.output)
     print(f"written to {args.output}")
-    return 0
+    for line in failed:
+        print(f"FAILED {line}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

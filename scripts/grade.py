@@ -81,6 +81,7 @@ def _env() -> dict[str, str]:
 
 def register_assignments(workdir: Path, names: list[str]) -> None:
     """Record each assignment's notebooks, cells and points in the gradebook."""
+    workdir.mkdir(parents=True, exist_ok=True)
     for name in names:
         out = run_limited(_nbgrader_cmd(["generate_assignment", name, "--force",
                                          f"--CourseDirectory.release_directory={workdir / 'release'}"],
