@@ -262,16 +262,20 @@ def decode_rate(
     if int(repeats) != repeats or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
     decode = _decoder(decoder)
-    best = math.inf
     with _Threads(threads):
-        for r in range(int(repeats) + 1):
-            start = time.perf_counter()
-            for data in datas:
-                decode(data)
-            elapsed = time.perf_counter() - start
-            if r > 0:
-                best = min(best, elapsed)
+        best = _fastest_pass(lambda: [decode(data) for data in datas], int(repeats))
     return len(datas) / best
+
+
+def _fastest_pass(run: Callable[[], Any], repeats: int) -> float:
+    """Seconds of the fastest of ``repeats`` timed calls of ``run``, after one untimed call."""
+    run()
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def time_each(
@@ -305,14 +309,7 @@ def time_each(
     out = {}
     with _Threads(threads):
         for name, transform in transforms.items():
-            best = math.inf
-            for r in range(int(repeats) + 1):
-                start = time.perf_counter()
-                for image in images:
-                    transform(image)
-                elapsed = time.perf_counter() - start
-                if r > 0:
-                    best = min(best, elapsed)
+            best = _fastest_pass(lambda t=transform: [t(image) for image in images], int(repeats))
             out[name] = best / len(images)
     return out
 
