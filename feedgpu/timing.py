@@ -329,6 +329,9 @@ def time_loader(
     Args:
         loader: a ``torch.utils.data.DataLoader`` (any re-iterable of batches works).
         batches: batches to time per repeat; None times all that remain after warm-up.
+            With workers, time at least ``2 * num_workers`` batches (more is better): the
+            workers keep up to ``prefetch_factor * num_workers`` batches ready, and a
+            short count mostly measures how fast that queue empties.
         warmup: batches after the first one consumed but not timed, per repeat. With
             workers, use at least ``num_workers``: the workers start together and
             deliver their first batches in a burst, which would flatter the timing.

@@ -157,21 +157,32 @@ class SleepArrayDataset(Dataset):
     def __len__(self) -> int:
         return self.n
 
+    def _check_index(self, index: int) -> int:
+        """``index`` as a position in ``0 .. n-1`` (negative counts from the end)."""
+        position = index + self.n if index < 0 else index
+        if not 0 <= position < self.n:
+            raise IndexError(f"index {index} out of range for a dataset of {self.n} items")
+        return position
+
     def item_seconds(self, index: int) -> float:
-        """How long item ``index`` sleeps (the same on every call and in every process)."""
+        """How long item ``index`` sleeps (the same on every call and in every process).
+
+        Raises:
+            IndexError: if ``index`` is out of range, as ``dataset[index]`` would.
+        """
+        index = self._check_index(index)
         if self.jitter == 0 or self.seconds_per_item == 0:
             return self.seconds_per_item
-        # Seeded by (seed, index): independent of which worker loads the item, and of order.
-        rng = random.Random(self.seed * 1_000_003 + index)
+        # Seeded by the text "seed/index" (hashed with SHA-512 by random.Random, the same
+        # in every process): independent of which worker loads the item and of the order,
+        # and no two (seed, index) pairs share a stream.
+        rng = random.Random(f"{self.seed}/{index}")
         shape = 1.0 / self.jitter**2
         return rng.gammavariate(shape, self.seconds_per_item / shape)
 
     def __getitem__(self, index: int) -> np.ndarray:
         """Sleep ``item_seconds(index)``, then return ``make_array(index, shape, dtype)``."""
-        if index < 0:
-            index += self.n
-        if not 0 <= index < self.n:
-            raise IndexError(f"index {index} out of range for a dataset of {self.n} items")
+        index = self._check_index(index)
         seconds = self.item_seconds(index)
         if seconds > 0:
             time.sleep(seconds)
@@ -206,10 +217,10 @@ def collate_tensor(records: list[Any]) -> torch.Tensor:
     """
     if len(records) == 0:
         raise ValueError("cannot collate an empty list of records")
-    batch = default_collate(list(records))
-    if not isinstance(batch, torch.Tensor):
-        raise TypeError(f"records must be numpy arrays or tensors, got {type(records[0]).__name__}")
-    return batch
+    for i, record in enumerate(records):
+        if not isinstance(record, (np.ndarray, torch.Tensor)):
+            raise TypeError(f"records must be numpy arrays or tensors, record {i} is a {type(record).__name__}")
+    return default_collate(list(records))
 
 
 def payload_bytes(batch: Any) -> int:
@@ -418,8 +429,13 @@ def cpu_per_batch(
         raise ValueError(f"batches must be an integer >= 1, got {batches!r}")
     num_workers = int(getattr(loader, "num_workers", 0))
     warm = 2 * num_workers + 2 if warmup is None else int(warmup)
-    if warm < 0 or step_s < 0:
-        raise ValueError(f"warmup and step_s must be >= 0, got {warmup!r} and {step_s!r}")
+    if warm < 0 or not (step_s >= 0 and math.isfinite(step_s)):
+        raise ValueError(f"warmup and step_s must be finite and >= 0, got {warmup!r} and {step_s!r}")
+    if num_workers > 0 and getattr(loader, "persistent_workers", False):
+        # Their workers may already run, started by an earlier iteration, and could not be
+        # told apart from any other child of this process.
+        raise ValueError("cpu_per_batch needs a loader without persistent_workers: it counts "
+                         "the CPU of the workers that this iteration starts")
     me = psutil.Process()
     before = {child.pid for child in me.children()}
     iterator = iter(loader)

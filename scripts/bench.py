@@ -1,6 +1,7 @@
 """The course's figures, measured on this machine: a table on screen and a JSON file.
 
-Usage: ``python scripts/bench.py [--output build/bench.json] [--only NAME ...]``
+Usage: ``python scripts/bench.py [--output build/bench.json] [--only NAME ...]``; with ``--only``
+the named figures replace their earlier values in the JSON file and the others are kept.
 
 Timings are never asserted in tests; they are measured here, in one run, and the claims
 are ratios between figures of the same run (``make bench``).
@@ -107,8 +108,18 @@ def bench_decode() -> list[Figure]:
 # --------------------------------------------------------------------------- loading
 
 
-def bench_loader(batch_size: int = 64, batches: int = 30) -> list[Figure]:
-    """The reference loader (decode + ToTensor) with 0, 1, 2 and 4 workers."""
+def bench_loader(batch_size: int = 64, batches: int = 30, rounds: int = 5) -> list[Figure]:
+    """The reference loader (decode + ToTensor) with 0, 1, 2 and 4 workers.
+
+    Each worker runs PyTorch on one thread (the DataLoader sets it), so the single-process
+    baseline does too, as in notebook 02: with PyTorch's default threads, the main process
+    alone already spreads ``ToTensor`` and the collate over every core, and the ratio would
+    no longer compare processes. That default-thread figure is reported beside it. Settings
+    are measured in interleaved rounds: each throughput is the median over the rounds and
+    each speed-up the median of the per-round ratios, so a slow spell of the machine (page
+    faults cost several times more at some moments than at others on a virtual machine)
+    hits both sides of a ratio alike.
+    """
     import torch
     from torch.utils.data import DataLoader
 
@@ -116,14 +127,59 @@ def bench_loader(batch_size: int = 64, batches: int = 30) -> list[Figure]:
     from feedgpu.timing import time_loader
 
     ds = lfw_dataset.LFWDataset(lfw_dataset.default_root("synthetic"), transform=lfw_dataset.default_transform())
-    rates = {}
-    for workers in (0, 1, 2, 4):
-        loader = DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
-                            generator=torch.Generator().manual_seed(0))
-        rates[workers] = time_loader(loader, batches=batches, warmup=max(2, workers), repeats=3).items_per_s
-    out = [figure(f"loader throughput, {w} workers", r, "images/s", f"batch {batch_size}")
-           for w, r in rates.items()]
-    return out + [figure("loader speed-up 2 workers / 0", rates[2] / rates[0], "x", "budget >= 1.8 on 2 cores")]
+    default_threads = torch.get_num_threads()
+    settings = [(0, default_threads), (0, 1), (1, 1), (2, 1), (4, 1)]
+    rates: dict[tuple[int, int], list[float]] = {s: [] for s in settings}
+    try:
+        for _ in range(rounds):
+            for workers, threads in settings:
+                torch.set_num_threads(threads)
+                loader = DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
+                                    generator=torch.Generator().manual_seed(0))
+                timing = time_loader(loader, batches=batches, warmup=max(2, workers), repeats=1)
+                rates[(workers, threads)].append(timing.items_per_s)
+    finally:
+        torch.set_num_threads(default_threads)
+    rate = {s: statistics.median(r) for s, r in rates.items()}
+    # Ratios per round (the two settings ran seconds apart), then their median.
+    speedup = statistics.median(a / b for a, b in zip(rates[(2, 1)], rates[(0, 1)]))
+    speedup_default = statistics.median(a / b for a, b in zip(rates[(2, 1)], rates[(0, default_threads)]))
+    note = f"batch {batch_size}, median of {rounds} rounds"
+    out = [figure(f"loader throughput, 0 workers, {default_threads} threads", rate[(0, default_threads)],
+                  "images/s", note + "; PyTorch's default threads")]
+    out += [figure(f"loader throughput, {w} workers", rate[(w, 1)], "images/s", note + "; 1 thread per process")
+            for w in (0, 1, 2, 4)]
+    return out + _shared_memory_cost(batch_size) + [
+        figure("loader speed-up 2 workers / 0", speedup, "x",
+               f"budget >= 1.8 on 2 cores; 1 thread per process; median of {rounds} paired rounds"),
+        figure(f"loader speed-up 2 workers / 0 with {default_threads} threads",
+               speedup_default, "x", "the main process alone already spreads work over the cores"),
+    ]
+
+
+def _shared_memory_cost(batch_size: int, repeats: int = 10) -> list[Figure]:
+    """What a worker pays, and the main process does not, to hand a batch over: writing it
+    into a fresh shared-memory segment (every page faulted in and zeroed) instead of
+    memory the process already holds."""
+    import torch
+
+    numel = batch_size * 3 * 250 * 250
+
+    def fill_ms(make) -> float:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            make().fill_(1.0)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1e3
+
+    held = torch.empty(numel)
+    held_ms = fill_ms(lambda: held)
+    shared_ms = fill_ms(lambda: torch.empty(numel).share_memory_())
+    return [figure("fill a float batch, memory already held", held_ms, "ms", f"{numel * 4 / 2**20:.0f} MB"),
+            figure("fill a float batch, fresh shared memory", shared_ms, "ms",
+                   f"{(shared_ms - held_ms) / batch_size:.3f} ms per image more: what each worker pays"
+                   " to hand a batch over")]
 
 
 def bench_decode_paths(n: int = 300) -> list[Figure]:
@@ -326,10 +382,19 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.only or BENCHES:
         print(f"measuring {name} ...", file=sys.stderr, flush=True)
         try:
-            figures.extend((BENCHES | EXTRA)[name]())
+            figures.extend(dict(f, bench=name, when=time.strftime("%Y-%m-%d %H:%M:%S"))
+                           for f in (BENCHES | EXTRA)[name]())
         except Exception as err:  # noqa: BLE001 (keep the other figures; report at the end)
             failed.append(f"{name}: {type(err).__name__}: {err}"[:500])
     print_table(figures)
+    if args.only and args.output.exists():
+        # Keep the figures of the benches not run this time; each figure records the
+        # bench that made it and when.
+        try:
+            earlier = json.loads(args.output.read_text()).get("figures", [])
+        except (OSError, ValueError):
+            earlier = []
+        figures = [f for f in earlier if f.get("bench") not in args.only] + figures
     args.output.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.output.with_suffix(".tmp")
     tmp.write_text(json.dumps({"machine": machine(), "figures": figures, "failed": failed}, indent=2))

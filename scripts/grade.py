@@ -121,20 +121,27 @@ def _reason(text: str) -> str:
 
 
 def cell_errors(notebook: Path, cell_timeout: float) -> list[str]:
-    """One note per cell of the autograded ``notebook`` that ended in an error."""
+    """One note per cell of the autograded ``notebook`` that ended in an error, and per
+    test cell that lost its points only by writing to stderr (nbgrader scores any test
+    cell with stderr output zero, so a warning costs the points of a passing test)."""
     import nbformat
 
     notes = []
     for i, cell in enumerate(nbformat.read(notebook, as_version=4).cells):
-        for out in cell.get("outputs", []):
-            if out.get("output_type") != "error":
-                continue
-            where = cell.metadata.get("nbgrader", {}).get("grade_id") or f"cell {i}"
-            if out.get("ename") in ("KeyboardInterrupt", "CellTimeoutError"):
+        where = cell.metadata.get("nbgrader", {}).get("grade_id") or f"cell {i}"
+        outputs = cell.get("outputs", [])
+        error = next((out for out in outputs if out.get("output_type") == "error"), None)
+        if error is not None:
+            if error.get("ename") in ("KeyboardInterrupt", "CellTimeoutError"):
                 notes.append(f"{where} ran past the {cell_timeout:.0f} s limit per cell")
             elif not where.startswith("test_"):  # failed tests are in the feedback already
-                notes.append(f"{where} raised {out.get('ename')}")
-            break
+                notes.append(f"{where} raised {error.get('ename')}")
+            continue
+        stderr = [out for out in outputs if out.get("output_type") == "stream" and out.get("name") == "stderr"]
+        if stderr and cell.metadata.get("nbgrader", {}).get("grade"):
+            first = next((line.strip() for out in stderr for line in out.get("text", "").splitlines()
+                          if line.strip()), "")
+            notes.append(f"{where} passed but scored 0 because it wrote to stderr: {first[:160]}")
     return notes
 
 

@@ -175,6 +175,17 @@ def test_collate_tensor_accepts_tensors():
     )
 
 
+def test_collate_tensor_rejects_python_numbers():
+    with pytest.raises(TypeError):
+        collate_tensor([1.0, 2.0, 3.0])
+
+
+def test_cpu_per_batch_rejects_persistent_workers():
+    loader = DataLoader(Recorder(100), batch_size=None, num_workers=1, persistent_workers=True)
+    with pytest.raises(ValueError, match="persistent"):
+        cpu_per_batch(loader, batches=2)
+
+
 def test_collate_tensor_rejects_empty_and_non_arrays():
     with pytest.raises(ValueError, match="empty"):
         collate_tensor([])
@@ -287,6 +298,22 @@ def test_sleep_array_dataset_jitter_is_seeded_by_index():
     assert len(set(first)) == 100, f"different items should sleep differently: {len(set(first))} distinct"
     other = [SleepArrayDataset(100, 0.01, jitter=0.5, seed=4).item_seconds(i) for i in range(100)]
     assert other != first, "another seed should give other sleeps"
+
+
+def test_sleep_array_dataset_item_seconds_takes_indices_as_getitem_does():
+    ds = SleepArrayDataset(10, 0.01, jitter=0.5, seed=1)
+    assert ds.item_seconds(-1) == ds.item_seconds(9), "item -1 is the last item, as in ds[-1]"
+    for bad in (10, -11):
+        with pytest.raises(IndexError):
+            ds.item_seconds(bad)
+
+
+def test_sleep_array_dataset_seeds_do_not_share_sleeps():
+    # Seeds that differ only in sign, or whose item streams could overlap, give other sleeps.
+    draws = {seed: [SleepArrayDataset(50, 0.01, jitter=0.5, seed=seed).item_seconds(i) for i in range(50)]
+             for seed in (-1, 0, 1)}
+    shared = set(draws[-1]) & set(draws[1]) | set(draws[0]) & set(draws[1]) | set(draws[-1]) & set(draws[0])
+    assert not shared, f"seeds -1, 0 and 1 should not share any sleep, {len(shared)} shared"
 
 
 def test_sleep_array_dataset_jitter_has_the_asked_mean_and_spread():
@@ -425,7 +452,7 @@ def test_cpu_per_batch_takes_start_up_warmup_and_timed_batches():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"batches": 0}, {"batches": 1.5}, {"warmup": -1}, {"step_s": -0.01}]
+    "kwargs", [{"batches": 0}, {"batches": 1.5}, {"warmup": -1}, {"step_s": -0.01}, {"step_s": float("nan")}]
 )
 def test_cpu_per_batch_rejects_bad_arguments(kwargs):
     loader = DataLoader(Recorder(100), batch_size=None)

@@ -1,0 +1,52 @@
+"""`make bench`'s bookkeeping: figures are kept when one measurement fails or is re-run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import bench
+
+
+@pytest.fixture
+def fake_benches(monkeypatch):
+    """Two quick benches in place of the real ones, and one that fails."""
+    calls = {"a": 0}
+
+    def bench_a():
+        calls["a"] += 1
+        return [bench.figure("a figure", float(calls["a"]), "x")]
+
+    def bench_b():
+        return [bench.figure("b figure", 10.0, "s")]
+
+    def bench_broken():
+        raise RuntimeError("no data")
+
+    monkeypatch.setattr(bench, "BENCHES", {"a": bench_a, "b": bench_b})
+    monkeypatch.setattr(bench, "EXTRA", {"broken": bench_broken})
+    return calls
+
+
+def values(path):
+    return {f["name"]: f["value"] for f in json.loads(path.read_text())["figures"]}
+
+
+def test_only_replaces_its_own_figures_and_keeps_the_others(fake_benches, tmp_path):
+    out = tmp_path / "bench.json"
+    assert bench.main(["--output", str(out)]) == 0
+    assert values(out) == {"a figure": 1.0, "b figure": 10.0}
+    assert bench.main(["--output", str(out), "--only", "a"]) == 0
+    assert values(out) == {"a figure": 2.0, "b figure": 10.0}
+
+
+def test_a_failed_bench_is_reported_and_loses_no_other_figure(fake_benches, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert bench.main(["--output", str(out)]) == 0
+    assert bench.main(["--output", str(out), "--only", "a", "broken"]) == 1
+    data = json.loads(out.read_text())
+    assert {f["name"] for f in data["figures"]} == {"a figure", "b figure"}
+    assert len(data["failed"]) == 1 and "no data" in data["failed"][0]
+    assert "FAILED broken" in capsys.readouterr().err
+    assert not out.with_suffix(".tmp").exists()
