@@ -68,13 +68,20 @@ def _with_cell_after(nb, grade_id: str, source: str):
     return nb
 
 
+def _answer_ids(nb) -> list[str]:
+    """Every cell a student fills in: code answers and written (markdown) answers."""
+    return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("solution")]
+
+
 def _student_version(solution, release: Path = RELEASE) -> "nbformat.NotebookNode":
-    """The solution as a student would hand it in: answers filled in, released test cells."""
+    """The solution as a student would hand it in: answers filled in (the written ones
+    too, so they are left to grade by hand), released test cells."""
     released = nbformat.read(release, 4)
     nb = nbformat.from_dict(released)
     for cell in nb.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in _solution_ids(solution):
+        if gid in _answer_ids(solution):
             src = _cell(solution, gid).source
             cell.source = "\n".join(line for line in src.splitlines()
                                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
