@@ -79,9 +79,10 @@ def _student_version(solution, release: Path = RELEASE) -> "nbformat.NotebookNod
     too, so they are left to grade by hand), released test cells."""
     released = nbformat.read(release, 4)
     nb = nbformat.from_dict(released)
+    answers = set(_answer_ids(solution))
     for cell in nb.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in _answer_ids(solution):
+        if gid in answers:
             src = _cell(solution, gid).source
             cell.source = "\n".join(line for line in src.splitlines()
                                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
