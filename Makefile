@@ -44,11 +44,11 @@ $(REAL): | $(STAMP)
 
 # Regenerate the student release notebooks/ from solutions/ with nbgrader.
 release: $(STAMP)
-	$(PY) scripts/release.py
+	$(VENV)/bin/feedgpu-release
 
 # Grade every SUBMISSIONS/<student>/<assignment>/ with nbgrader; writes grading/grades.csv.
 grade: $(STAMP) $(SYNTHETIC)
-	$(PY) scripts/grade.py $(SUBMISSIONS)
+	$(VENV)/bin/feedgpu-grade $(SUBMISSIONS)
 
 # Run the whole test suite (modules, notebooks, nbgrader pipeline).
 test: $(STAMP) $(SYNTHETIC)
@@ -60,7 +60,7 @@ test-quick: $(STAMP) $(SYNTHETIC)
 
 # Measure the course's figures; prints a table and writes build/bench.json.
 bench: $(STAMP) $(SYNTHETIC)
-	$(PY) scripts/bench.py --output build/bench.json
+	$(VENV)/bin/feedgpu-bench --output build/bench.json
 
 # Remove build outputs, grading folders and caches (keeps .venv and data/).
 clean:

@@ -309,7 +309,7 @@ def _publish(tmp: Path, dest: Path) -> None:
 
 
 def _write_person_job(args: tuple[str, str, int, int, int]) -> int:
-    from feedgpu import faces
+    from feedgpu.data import faces
 
     folder, name, identity_seed, n_images, seed = args
     faces.write_person(Path(folder), name, identity_seed, n_images, seed=seed)
@@ -328,7 +328,7 @@ def generate_synthetic_lfw(
     """Write the offline, synthetic LFW tree (atomically) and return its folder.
 
     The tree has the real LFW's 5,749 people and 13,233 images with the same long tail of
-    images per person; the faces are painted by :mod:`feedgpu.faces` from ``seed``, so
+    images per person; the faces are painted by :mod:`feedgpu.data.faces` from ``seed``, so
     the same seed gives the same bytes on every machine.
 
     The images are written to a temporary folder beside ``root`` that is renamed into
@@ -347,14 +347,14 @@ def generate_synthetic_lfw(
     """
     from tqdm.auto import tqdm
 
-    from feedgpu import faces
+    from feedgpu.data import lfw_stats
 
     dest = Path(root) if root is not None else default_root("synthetic")
     if _is_complete(dest) and not force:
         logger.info("synthetic LFW already complete at %s", dest)
         return dest
-    names = faces.person_names(seed=seed)
-    counts = faces.lfw_image_counts()
+    names = lfw_stats.person_names(seed=seed)
+    counts = lfw_stats.lfw_image_counts()
     people = list(zip(names, counts))[:max_people]
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))

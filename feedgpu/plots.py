@@ -1,8 +1,14 @@
-"""Plots shared by the notebooks: a grid of faces, the overlap timeline, bars with error bars.
+"""Every plot of the course, in one place.
 
 Each function draws on a Matplotlib ``Axes`` (a new figure from ``plt.subplots`` when
 none is given) and returns it; none calls ``plt.show()``, so the same code works inline
 in Jupyter, in a script that saves the figure, and in tests with the Agg backend.
+
+* faces: :func:`show_faces`;
+* the overlap of loading and stepping: :func:`plot_overlap_timeline`;
+* timings: :func:`bar_with_error`, :func:`plot_timings`, :func:`plot_waits`, :func:`plot_sweep`;
+* where an image's time goes: :func:`plot_stages`;
+* the pipeline model against measurement: :func:`plot_model_vs_measured`.
 """
 
 from __future__ import annotations
@@ -10,18 +16,33 @@ from __future__ import annotations
 import logging
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from .measure.stages import STAGES
+from .measure.timing import LoaderTiming
+from .model import simulate, steady_state_time_per_batch
+
+__all__ = [
+    "show_faces",
+    "plot_overlap_timeline",
+    "bar_with_error",
+    "plot_timings",
+    "plot_waits",
+    "plot_sweep",
+    "STAGE_COLORS",
+    "plot_stages",
+    "plot_model_vs_measured",
+]
+
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["show_faces", "plot_overlap_timeline", "bar_with_error"]
 
 LOAD_COLOR = "tab:orange"
+
+
 STEP_COLOR = "tab:blue"
-
-
-# --------------------------------------------------------------------------- faces
 
 
 def _to_float_image(image: Any):
@@ -153,9 +174,6 @@ def show_faces(
     return ax
 
 
-# --------------------------------------------------------------------------- overlap
-
-
 def _schedule(load_s: float, step_s: float, n_steps: int, overlapped: bool) -> dict[str, Any]:
     """Start times of every load and step, and the total, for the two-stage pipeline.
 
@@ -247,9 +265,6 @@ def plot_overlap_timeline(load_s: float, step_s: float, n_steps: int, ax: Any = 
     return ax
 
 
-# --------------------------------------------------------------------------- bars
-
-
 def bar_with_error(
     labels: Sequence[Any],
     samples: Sequence[Sequence[float]],
@@ -306,4 +321,331 @@ def bar_with_error(
     if title:
         ax.set_title(title)
     ax.legend(fontsize=8)
+    return ax
+
+
+def _rows_from(results: Any) -> tuple[list[str], list[float], list[float]]:
+    """Labels, means and stds (seconds) from a mapping of timings or a DataFrame."""
+    if isinstance(results, Mapping):
+        labels = [str(k) for k in results]
+        means = [t.mean_s_per_batch for t in results.values()]
+        stds = [t.std_s_per_batch for t in results.values()]
+        return labels, means, stds
+    columns = getattr(results, "columns", None)
+    if columns is None or "mean_s_per_batch" not in columns:
+        raise TypeError(
+            "results must be a mapping of label -> LoaderTiming, or a DataFrame with a "
+            f"'mean_s_per_batch' column (as sweep() returns), got {type(results).__name__}"
+        )
+    labels_src = results["label"] if "label" in columns else results.index
+    labels = [str(v) for v in labels_src]
+    means = [float(v) for v in results["mean_s_per_batch"]]
+    if "std_s_per_batch" in columns:
+        stds = [float(v) for v in results["std_s_per_batch"]]
+    else:
+        stds = [0.0] * len(means)
+    return labels, means, stds
+
+
+def plot_timings(results: Any, ax: Any = None, *, title: str | None = None) -> Any:
+    """Plot mean time per batch with error bars (one standard deviation over repeats).
+
+    Args:
+        results: a mapping ``label -> LoaderTiming``, or a DataFrame with columns
+            ``mean_s_per_batch`` and optionally ``std_s_per_batch`` and ``label``
+            (otherwise the index labels the points).
+        ax: a matplotlib Axes to draw on; a new figure is made when None.
+        title: an optional title.
+
+    Returns:
+        The matplotlib Axes.
+
+    Raises:
+        TypeError: if ``results`` is neither of the accepted kinds.
+    """
+    import matplotlib.pyplot as plt
+
+    labels, means, stds = _rows_from(results)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
+    xs = list(range(len(labels)))
+    ax.errorbar(
+        xs,
+        [m * 1e3 for m in means],
+        yerr=[s * 1e3 for s in stds],
+        fmt="o",
+        capsize=4,
+        markersize=6,
+    )
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels)
+    ax.set_xlim(-0.5, len(xs) - 0.5)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("time per batch (ms)")
+    ax.grid(axis="y", alpha=0.3)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_waits(timing: LoaderTiming, ax: Any = None, *, title: str | None = None) -> Any:
+    """Plot the wait inside ``next()`` for every timed batch, one line per repeat.
+
+    A dashed line marks the mean step time: waits well below it mean the workers keep
+    up; waits near or above it mean the loop is starved for data.
+
+    Args:
+        timing: what :func:`time_loader` returned.
+        ax: a matplotlib Axes to draw on; a new figure is made when None.
+        title: an optional title.
+
+    Returns:
+        The matplotlib Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
+    offset = timing.warmup + 1  # timed batches start after start-up and warm-up
+    for r, waits in enumerate(timing.waits_s):
+        xs = range(offset, offset + len(waits))
+        ax.plot(xs, [w * 1e3 for w in waits], marker=".", label=f"repeat {r + 1}")
+    all_steps = [s for steps in timing.steps_s for s in steps]
+    if all_steps and statistics.fmean(all_steps) > 0:
+        ax.axhline(statistics.fmean(all_steps) * 1e3, color="grey", linestyle="--", label="mean step")
+    ax.set_xlabel("batch (0 = the start-up batch)")
+    ax.set_ylabel("wait in next() (ms)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+_NICE_LABELS = {
+    "mean_s_per_batch": "time per batch",
+    "startup_s": "start-up time",
+    "items_per_s": "items per second",
+    "batches_per_s": "batches per second",
+    "wait_fraction": "fraction of time waiting for data",
+}
+
+
+def _std_column(df: Any, y: str) -> str | None:
+    """The column holding the spread of ``y``: mean_X -> std_X, when present."""
+    if y.startswith("mean_"):
+        candidate = "std_" + y[len("mean_") :]
+        if candidate in df.columns:
+            return candidate
+    return None
+
+
+def plot_sweep(
+    df: Any,
+    x: str,
+    y: str = "mean_s_per_batch",
+    hue: str | None = None,
+    ax: Any = None,
+    *,
+    title: str | None = None,
+) -> Any:
+    """Plot a sweep: ``y`` against ``x``, one line per value of ``hue``, with error bars.
+
+    Error bars are one standard deviation over repeats, taken from ``std_...`` when
+    ``y`` is ``mean_...`` and that column exists. Seconds-per-batch columns (names
+    ending in ``_s_per_batch``, or in ``_s`` but not ``_per_s``) are drawn in milliseconds.
+
+    Args:
+        df: the DataFrame from :func:`sweep` (or any with the named columns).
+        x: the column for the horizontal axis (numeric, or categories).
+        y: the column for the vertical axis.
+        hue: a column whose values each get their own line; None for one line.
+        ax: a matplotlib Axes to draw on; a new figure is made when None.
+        title: an optional title.
+
+    Returns:
+        The matplotlib Axes.
+
+    Raises:
+        KeyError: if ``x``, ``y`` or ``hue`` is not a column of ``df``.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    for name in (x, y, hue):
+        if name is not None and name not in df.columns:
+            raise KeyError(f"{name!r} is not a column; columns are {list(df.columns)}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
+    std_col = _std_column(df, y)
+    in_ms = y.endswith("_s_per_batch") or (y.endswith("_s") and not y.endswith("_per_s"))
+    scale = 1e3 if in_ms else 1.0
+    numeric_x = all(isinstance(v, (int, float)) for v in df[x].tolist())
+    categories = list(dict.fromkeys(df[x].tolist()))
+    groups = [(None, df)] if hue is None else list(df.groupby(hue, sort=False))
+    for key, part in groups:
+        part = part.sort_values(x) if numeric_x else part
+        xs = part[x].tolist() if numeric_x else [categories.index(v) for v in part[x]]
+        ys = [v * scale for v in part[y]]
+        err = [v * scale for v in part[std_col]] if std_col else None
+        label = None if hue is None else f"{hue}={key}"
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=4, label=label)
+    if not numeric_x:
+        ax.set_xticks(range(len(categories)))
+        ax.set_xticklabels([str(c) for c in categories])
+    elif all(isinstance(v, int) for v in df[x].tolist()):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(x)
+    nice = _NICE_LABELS.get(y, y)
+    ax.set_ylabel(f"{nice} (ms)" if in_ms else nice)
+    if all(math.isfinite(v) and v >= 0 for v in df[y]):
+        ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if hue is not None:
+        ax.legend(fontsize="small")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+#: Colours of the stages in :func:`plot_stages`.
+STAGE_COLORS = {
+    "read": "tab:gray",
+    "decode": "tab:blue",
+    "augment": "tab:orange",
+    "to_tensor": "tab:green",
+    "collate": "tab:purple",
+}
+
+
+def plot_stages(
+    results: Mapping[str, Mapping[str, float]], ax: Any = None, *, title: str | None = None
+) -> Any:
+    """Stacked bars: milliseconds per image of each stage, one bar per pipeline.
+
+    Args:
+        results: pipeline name -> what :func:`time_stages` returned (seconds per image).
+        ax: a matplotlib Axes to draw on; a new figure is made when None.
+        title: an optional title.
+
+    Returns:
+        The matplotlib Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    names = list(results)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(names) + 2.5), 3.6), layout="constrained")
+    xs = list(range(len(names)))
+    bottom = [0.0] * len(names)
+    for stage in STAGES:
+        heights = [results[name].get(stage, 0.0) * 1e3 for name in names]
+        ax.bar(xs, heights, bottom=bottom, width=0.6, label=stage, color=STAGE_COLORS[stage])
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    for x, total in zip(xs, bottom):
+        ax.text(x, total, f"{total:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(xs)
+    ax.set_xticklabels(names)
+    ax.set_ylabel("time per image (ms, one core)")
+    ax.set_ylim(0, max(bottom) * 1.12 if bottom and max(bottom) > 0 else 1)
+    ax.grid(axis="y", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], labels[::-1], fontsize="small", loc="upper left",
+              bbox_to_anchor=(1.0, 1.0))
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_model_vs_measured(
+    num_workers: Sequence[int],
+    measured_s: Sequence[float],
+    *,
+    load_s: float,
+    step_s: float,
+    transfer_s: float = 0.0,
+    measured_std: Sequence[float] | None = None,
+    simulate_jitter: float | None = None,
+    prefetch_factor: int = 2,
+    ax: Any = None,
+    title: str | None = None,
+) -> Any:
+    """Plot measured seconds per batch against the model's prediction.
+
+    Draws the model (:func:`steady_state_time_per_batch`) for every worker count from 0
+    to the largest measured one, the measurements as points with error bars, and, when
+    ``simulate_jitter`` is given, the simulated steady state with that load jitter.
+
+    Args:
+        num_workers: worker counts measured.
+        measured_s: measured seconds per batch, one per worker count.
+        load_s, step_s, transfer_s: the model's costs (see
+            :func:`steady_state_time_per_batch`).
+        measured_std: optional spread of each measurement (drawn as error bars).
+        simulate_jitter: if not None, also plot :func:`simulate` with this jitter.
+        prefetch_factor: used for the simulation.
+        ax: a matplotlib Axes to draw on; a new figure is made when None.
+        title: an optional title.
+
+    Returns:
+        The matplotlib Axes.
+
+    Raises:
+        ValueError: if ``num_workers`` and ``measured_s`` differ in length.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    workers = [int(w) for w in num_workers]
+    measured = [float(m) for m in measured_s]
+    if len(workers) != len(measured):
+        raise ValueError(
+            f"num_workers has {len(workers)} values but measured_s has {len(measured)}"
+        )
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
+    grid = list(range(0, max(workers) + 1))
+    model = [steady_state_time_per_batch(w, load_s, step_s, transfer_s) for w in grid]
+    ax.plot(grid, [m * 1e3 for m in model], ".-", color="C0", label="model")
+    err = None if measured_std is None else [float(s) * 1e3 for s in measured_std]
+    ax.errorbar(
+        workers,
+        [m * 1e3 for m in measured],
+        yerr=err,
+        fmt="o",
+        color="C1",
+        capsize=4,
+        label="measured",
+    )
+    if simulate_jitter is not None:
+        sims = [
+            simulate(
+                w,
+                load_s,
+                step_s,
+                transfer_s=transfer_s,
+                prefetch_factor=prefetch_factor,
+                n_batches=400,
+                load_jitter=simulate_jitter,
+            ).steady_s_per_batch
+            for w in grid
+        ]
+        ax.plot(
+            grid,
+            [s * 1e3 for s in sims],
+            "x",
+            color="C2",
+            label=f"simulated (jitter {simulate_jitter:g})",
+        )
+    floor = (step_s + transfer_s) * 1e3
+    ax.axhline(floor, color="grey", linestyle=":", label="step + transfer (floor with workers)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("num_workers")
+    ax.set_ylabel("time per batch (ms)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    if title:
+        ax.set_title(title)
     return ax

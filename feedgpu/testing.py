@@ -14,7 +14,7 @@ from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any
 
-from feedgpu.pipeline import steady_state_time_per_batch
+from feedgpu.model import steady_state_time_per_batch
 
 _MISSING = object()
 

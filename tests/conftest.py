@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +9,6 @@ import pytest
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
 
 # people in an order that differs from sorted order, with mixed case
 TINY_PEOPLE = {"zoe_Last": 1, "Bob_B": 3, "alice_A": 2, "Carl_C": 1}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-import bench
+from feedgpu.workflows import bench
 
 
 @pytest.fixture

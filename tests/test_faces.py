@@ -1,4 +1,4 @@
-"""Tests of feedgpu.faces: LFW's long tail of counts, fake names, painted faces, JPEG files."""
+"""Tests of feedgpu.data: LFW's long tail of counts, fake names, painted faces, JPEG files."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image, JpegImagePlugin
 
-from feedgpu import faces
+from feedgpu.data import faces, lfw_stats
 
 # The real LFW (Huang et al. 2007; scikit-learn's fetch_lfw_people) in numbers.
 LFW_IMAGES, LFW_PEOPLE, LFW_PEOPLE_2PLUS = 13233, 5749, 1680
@@ -30,7 +30,7 @@ def face_vector(img: Image.Image) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def counts() -> list[int]:
-    return faces.lfw_image_counts()
+    return lfw_stats.lfw_image_counts()
 
 
 def test_counts_match_lfw_totals(counts: list[int]) -> None:
@@ -77,7 +77,7 @@ def test_counts_have_a_long_tail(counts: list[int]) -> None:
 
 def test_counts_are_deterministic_and_spread_over_names(counts: list[int]) -> None:
     """Two calls agree; large counts are not bunched at the start of the alphabet."""
-    assert faces.lfw_image_counts() == counts, "two calls gave different counts"
+    assert lfw_stats.lfw_image_counts() == counts, "two calls gave different counts"
     assert counts != sorted(counts, reverse=True), (
         "counts should not simply follow alphabetical order"
     )
@@ -92,7 +92,7 @@ def test_counts_are_deterministic_and_spread_over_names(counts: list[int]) -> No
 
 def test_names_are_unique_sorted_and_lfw_like() -> None:
     """5,749 distinct names, sorted, each like ``First_Last``."""
-    names = faces.person_names()
+    names = lfw_stats.person_names()
     assert len(names) == LFW_PEOPLE, f"expected {LFW_PEOPLE} names, got {len(names)}"
     assert len(set(names)) == len(names), "names repeat"
     assert names == sorted(names), "names are not sorted"
@@ -102,15 +102,15 @@ def test_names_are_unique_sorted_and_lfw_like() -> None:
 
 def test_names_are_deterministic_and_seeded() -> None:
     """The same seed gives the same names, another seed other names."""
-    assert faces.person_names(40, seed=1) == faces.person_names(40, seed=1), (
+    assert lfw_stats.person_names(40, seed=1) == lfw_stats.person_names(40, seed=1), (
         "same seed, different names"
     )
-    assert faces.person_names(40, seed=1) != faces.person_names(40, seed=2), (
+    assert lfw_stats.person_names(40, seed=1) != lfw_stats.person_names(40, seed=2), (
         "different seeds, same names"
     )
-    assert faces.person_names(0) == [], "n=0 should give no names"
+    assert lfw_stats.person_names(0) == [], "n=0 should give no names"
     with pytest.raises(ValueError, match="n must be"):
-        faces.person_names(-1)
+        lfw_stats.person_names(-1)
 
 
 # --------------------------------------------------------------------------- painting
@@ -136,7 +136,7 @@ def test_paint_face_leaves_global_random_state_alone() -> None:
     random.seed(5)
     np.random.seed(5)
     faces.paint_face(11, 2)
-    faces.person_names(10)
+    lfw_stats.person_names(10)
     assert random.random() == random.Random(5).random(), "the global random stream moved"
     assert np.random.random() == np.random.RandomState(5).random_sample(), (
         "numpy's global stream moved"

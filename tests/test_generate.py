@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import lfw_dataset
-from feedgpu import faces
+from feedgpu.data import faces, lfw_stats
 
 
 def _digest(tree: Path) -> dict[str, str]:
@@ -22,8 +22,8 @@ def test_small_tree_is_complete_and_in_lfw_layout(tmp_path):
     assert (tree / ".complete").is_file(), "a finished tree carries its marker"
     people = sorted(p.name for p in tree.iterdir() if p.is_dir())
     assert len(people) == 12, people
-    counts = faces.lfw_image_counts()[:12]
-    for person, n in zip(faces.person_names()[:12], counts):
+    counts = lfw_stats.lfw_image_counts()[:12]
+    for person, n in zip(lfw_stats.person_names()[:12], counts):
         files = sorted(f.name for f in (tree / person).iterdir())
         assert files == [f"{person}_{k:04d}.jpg" for k in range(1, n + 1)], (person, files[:3])
     ds = lfw_dataset.LFWDataset(tree)

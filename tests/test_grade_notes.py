@@ -1,11 +1,11 @@
-"""What `scripts/grade.py` tells the instructor about the cells of a graded notebook."""
+"""What `feedgpu-grade` tells the instructor about the cells of a graded notebook."""
 
 from __future__ import annotations
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-import grade
+from feedgpu.workflows import grade
 
 
 def _cell(grade_id: str, outputs: list, graded: bool = True):

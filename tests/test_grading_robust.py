@@ -20,8 +20,8 @@ import nbformat
 import psutil
 import pytest
 
-import grade
-from sandbox import Limits
+from feedgpu.workflows import grade
+from feedgpu.workflows.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 NB = "00_orientation"

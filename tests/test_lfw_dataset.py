@@ -14,7 +14,7 @@ from torchvision import datasets, transforms
 import lfw_dataset
 from lfw_dataset import CorruptImageError, LFWDataset, find_classes, load_image, make_samples
 
-from conftest import TINY_PEOPLE, write_face
+from conftest import TINY_PEOPLE
 
 
 def test_find_classes_sorted_in_code_point_order(tiny_lfw):

@@ -10,8 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import grade
-import release
+from feedgpu.workflows import grade, release
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = release.assignments()

@@ -7,7 +7,7 @@ import time
 
 import psutil
 
-from sandbox import Limits, processes_in, run_limited
+from feedgpu.workflows.sandbox import Limits, processes_in, run_limited
 
 PY = sys.executable
 

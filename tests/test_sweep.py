@@ -1,4 +1,4 @@
-"""Tests for feedgpu.sweep: measuring a grid of loader settings, and its plot.
+"""Tests for feedgpu.measure.sweep: measuring a grid of loader settings, and its plot.
 
 Measured checks use SleepDataset items of known cost and compare ratios with wide
 tolerances; structural checks use loaders whose items cost nothing.
@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 from torch.utils.data import DataLoader
 
-from feedgpu.sweep import grid_settings, plot_sweep, sweep
+from feedgpu.measure.sweep import grid_settings, sweep
+from feedgpu.plots import plot_sweep
 from feedgpu.workloads import SleepDataset
 
 RESULT_COLUMNS = [

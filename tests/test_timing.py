@@ -1,4 +1,4 @@
-"""Tests for feedgpu.timing: the DataLoader timing harness.
+"""Tests for feedgpu.measure.timing: the DataLoader timing harness.
 
 No test compares a raw time with a fixed number. Loaders read SleepDataset items whose
 cost we chose (5 ms each), and the checks are bounds and ratios wide enough for a busy
@@ -19,7 +19,8 @@ matplotlib.use("Agg")
 import pytest
 from torch.utils.data import DataLoader
 
-from feedgpu.timing import LoaderTiming, plot_timings, plot_waits, shutdown_workers, time_loader
+from feedgpu.measure.timing import LoaderTiming, shutdown_workers, time_loader
+from feedgpu.plots import plot_timings, plot_waits
 from feedgpu.workloads import SleepDataset
 
 ITEM_S = 0.005  # cost of one SleepDataset item

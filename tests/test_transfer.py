@@ -1,4 +1,4 @@
-"""Tests for feedgpu.transfer: the instruments of notebook 03's transfer experiments.
+"""Tests for feedgpu.measure.transfer and feedgpu.workloads.arrays: the instruments of notebook 03's transfer experiments.
 
 Expectations come from the docstrings and from arithmetic done here (bytes = items x
 elements x itemsize, record ``i`` filled with ``i % 256``), never from the module itself.
@@ -27,18 +27,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from feedgpu.transfer import (
-    CpuShare,
-    SleepArrayDataset,
-    collate_list,
-    collate_tensor,
-    cpu_per_batch,
-    make_array,
-    make_records,
-    payload_bytes,
-    time_per_item,
-    transfer_time_per_batch,
-)
+from feedgpu.measure.transfer import (CpuShare, cpu_per_batch, payload_bytes, time_per_item, transfer_time_per_batch)
+from feedgpu.workloads.arrays import (SleepArrayDataset, collate_list, collate_tensor, make_array, make_records)
 from feedgpu.workloads import SpinDataset
 
 LARGE_ITEM = (1000, 150)  # the Stack Overflow question's large item

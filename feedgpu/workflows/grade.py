@@ -1,6 +1,6 @@
 """Grade a class: every ``SUBMISSIONS/<student>/<assignment>/`` with nbgrader.
 
-Usage: ``python scripts/grade.py SUBMISSIONS [--workdir grading] [--timeout 900]
+Usage: ``feedgpu-grade SUBMISSIONS [--workdir grading] [--timeout 900]
 [--cell-timeout 120] [--memory-mb 4096] [--max-processes 48]``
 
 In a working folder (default ``grading/``, kept between runs so no grade is ever lost):
@@ -9,7 +9,7 @@ In a working folder (default ``grading/``, kept between runs so no grade is ever
    tests, points and checksums), and its release is kept in ``release/``;
 2. each submission is copied to ``submitted/<student>/<assignment>/``, inspected (test
    cells renamed, repeated, edited or deleted; code that tries to switch tests off; see
-   ``inspect_submission.py``), and autograded by nbgrader alone, in its own process
+   ``inspection.py``), and autograded by nbgrader alone, in its own process
    session with a time limit, a per-cell time limit, a memory limit and a process limit
    (``sandbox.py``); every process it started is killed afterwards. One broken
    submission never stops the others;
@@ -34,11 +34,10 @@ import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-from inspect_submission import inspect_and_repair  # noqa: E402
-from release import NBGRADER, SOURCE, assignments, nbgrader_env  # noqa: E402
-from sandbox import Limits, describe, run_limited  # noqa: E402
+from . import COURSE_ROOT as ROOT
+from .inspection import inspect_and_repair
+from .release import NBGRADER, SOURCE, assignments, nbgrader_env
+from .sandbox import Limits, describe, run_limited
 
 logger = logging.getLogger("grade")
 

@@ -1,6 +1,6 @@
 """The course's figures, measured on this machine: a table on screen and a JSON file.
 
-Usage: ``python scripts/bench.py [--output build/bench.json] [--only NAME ...]``; with ``--only``
+Usage: ``feedgpu-bench [--output build/bench.json] [--only NAME ...]``; with ``--only``
 the named figures replace their earlier values in the JSON file and the others are kept.
 
 Timings are never asserted in tests; they are measured here, in one run, and the claims
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from . import COURSE_ROOT as ROOT
 
 Figure = dict  # {"name", "value", "unit", "note"}
 
@@ -124,7 +124,7 @@ def bench_loader(batch_size: int = 64, batches: int = 30, rounds: int = 5) -> li
     from torch.utils.data import DataLoader
 
     import lfw_dataset
-    from feedgpu.timing import time_loader
+    from feedgpu.measure.timing import time_loader
 
     ds = lfw_dataset.LFWDataset(lfw_dataset.default_root("synthetic"), transform=lfw_dataset.default_transform())
     default_threads = torch.get_num_threads()
@@ -227,8 +227,8 @@ def bench_model(load_item_s: float = 0.001, items: int = 32, step_s: float = 0.0
     """
     from torch.utils.data import DataLoader
 
-    from feedgpu.pipeline import steady_state_time_per_batch
-    from feedgpu.timing import time_loader
+    from feedgpu.model import steady_state_time_per_batch
+    from feedgpu.measure.timing import time_loader
     from feedgpu.workloads import SleepDataset
 
     out = []
@@ -249,7 +249,8 @@ def bench_transfer() -> list[Figure]:
     storage travels in shared memory."""
     import functools
 
-    from feedgpu.transfer import collate_list, collate_tensor, transfer_time_per_batch
+    from feedgpu.workloads.arrays import collate_list, collate_tensor
+    from feedgpu.measure.transfer import transfer_time_per_batch
 
     out = []
     for label, n, shape, dtype in (("128 x 1000x150 float64", 128, (1000, 150), "float64"),
@@ -265,7 +266,7 @@ def bench_transfer() -> list[Figure]:
 
 
 def _collated(collate, n, shape, dtype):
-    from feedgpu.transfer import make_records
+    from feedgpu.workloads.arrays import make_records
 
     return collate(make_records(n, shape, dtype))
 
@@ -307,8 +308,7 @@ def _class_of(students: int, names: list[str], root: Path) -> Path:
 
 def bench_grading(names: tuple[str, ...] = ("00_orientation", "01_dataset")) -> list[Figure]:
     """Grading one submission vs executing the notebook; peak memory while grading."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import grade
+    from . import grade
 
     executed = {f["name"].removeprefix("notebook "): f["value"] for f in bench_notebooks(names)}
     out = []
@@ -329,8 +329,7 @@ def bench_grading(names: tuple[str, ...] = ("00_orientation", "01_dataset")) -> 
 
 def bench_grading_class(students: int = 15) -> list[Figure]:
     """Time to grade a class: ``students`` x (00, 01) = 30 submissions of the solutions."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import grade
+    from . import grade
 
     with tempfile.TemporaryDirectory(dir=ROOT / "build") as tmp:
         subs = _class_of(students, ["00_orientation", "01_dataset"], Path(tmp))

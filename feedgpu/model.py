@@ -1,4 +1,4 @@
-"""A model of the DataLoader pipeline: a formula, a small event simulation, and words.
+"""The course's model of the DataLoader pipeline: a formula, a small event simulation, and words.
 
 The picture (``w = num_workers``)::
 
@@ -17,6 +17,8 @@ its slowest stage (:func:`steady_state_time_per_batch`). :func:`simulate` plays 
 pipeline out batch by batch, with PyTorch's dispatch rules, start-up delay and random load
 times, to show what the formula leaves out: the start-up transient and the waits caused by
 variance, which a larger ``prefetch_factor`` absorbs, and a rate mismatch, which it cannot.
+
+Its plot against measurement is :func:`feedgpu.plots.plot_model_vs_measured`.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ __all__ = [
     "SimResult",
     "draw_load_times",
     "simulate",
-    "plot_model_vs_measured",
 ]
+
 
 #: Relative difference under which two stages count as balanced.
 BALANCE_TOLERANCE = 0.05
@@ -192,9 +194,6 @@ def explain_bottleneck(
     )
 
 
-# --------------------------------------------------------------------------- simulation
-
-
 @dataclass
 class SimResult:
     """What :func:`simulate` computed. Times are seconds from ``iter(loader)``.
@@ -209,7 +208,7 @@ class SimResult:
         got_s: per batch, when ``next()`` returned it to the training loop.
         done_s: per batch, when the training step on it finished.
         wait_s: per batch, time the loop spent inside ``next()`` (starved plus receiving),
-            the quantity :func:`feedgpu.timing.time_loader` measures as a wait.
+            the quantity :func:`feedgpu.measure.timing.time_loader` measures as a wait.
         idle_s: per batch, the part of ``wait_s`` spent with nothing to do (starved).
         queue_t, queue_n: queue occupancy as a step function: from ``queue_t[k]`` on,
             ``queue_n[k]`` batches were ready but not yet returned by ``next()``.
@@ -494,99 +493,3 @@ def simulate(
         queue_n=queue_n,
         transient=transient,
     )
-
-
-# --------------------------------------------------------------------------- plots
-
-
-def plot_model_vs_measured(
-    num_workers: Sequence[int],
-    measured_s: Sequence[float],
-    *,
-    load_s: float,
-    step_s: float,
-    transfer_s: float = 0.0,
-    measured_std: Sequence[float] | None = None,
-    simulate_jitter: float | None = None,
-    prefetch_factor: int = 2,
-    ax: Any = None,
-    title: str | None = None,
-) -> Any:
-    """Plot measured seconds per batch against the model's prediction.
-
-    Draws the model (:func:`steady_state_time_per_batch`) for every worker count from 0
-    to the largest measured one, the measurements as points with error bars, and, when
-    ``simulate_jitter`` is given, the simulated steady state with that load jitter.
-
-    Args:
-        num_workers: worker counts measured.
-        measured_s: measured seconds per batch, one per worker count.
-        load_s, step_s, transfer_s: the model's costs (see
-            :func:`steady_state_time_per_batch`).
-        measured_std: optional spread of each measurement (drawn as error bars).
-        simulate_jitter: if not None, also plot :func:`simulate` with this jitter.
-        prefetch_factor: used for the simulation.
-        ax: a matplotlib Axes to draw on; a new figure is made when None.
-        title: an optional title.
-
-    Returns:
-        The matplotlib Axes.
-
-    Raises:
-        ValueError: if ``num_workers`` and ``measured_s`` differ in length.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    workers = [int(w) for w in num_workers]
-    measured = [float(m) for m in measured_s]
-    if len(workers) != len(measured):
-        raise ValueError(
-            f"num_workers has {len(workers)} values but measured_s has {len(measured)}"
-        )
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
-    grid = list(range(0, max(workers) + 1))
-    model = [steady_state_time_per_batch(w, load_s, step_s, transfer_s) for w in grid]
-    ax.plot(grid, [m * 1e3 for m in model], ".-", color="C0", label="model")
-    err = None if measured_std is None else [float(s) * 1e3 for s in measured_std]
-    ax.errorbar(
-        workers,
-        [m * 1e3 for m in measured],
-        yerr=err,
-        fmt="o",
-        color="C1",
-        capsize=4,
-        label="measured",
-    )
-    if simulate_jitter is not None:
-        sims = [
-            simulate(
-                w,
-                load_s,
-                step_s,
-                transfer_s=transfer_s,
-                prefetch_factor=prefetch_factor,
-                n_batches=400,
-                load_jitter=simulate_jitter,
-            ).steady_s_per_batch
-            for w in grid
-        ]
-        ax.plot(
-            grid,
-            [s * 1e3 for s in sims],
-            "x",
-            color="C2",
-            label=f"simulated (jitter {simulate_jitter:g})",
-        )
-    floor = (step_s + transfer_s) * 1e3
-    ax.axhline(floor, color="grey", linestyle=":", label="step + transfer (floor with workers)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("num_workers")
-    ax.set_ylabel("time per batch (ms)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    if title:
-        ax.set_title(title)
-    return ax

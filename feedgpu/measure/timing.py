@@ -17,7 +17,7 @@ Example::
 
     timing = time_loader(loader, batches=20, step=0.01)
     print("s/batch:", timing.mean_s_per_batch, "+-", timing.std_s_per_batch)
-    plot_waits(timing)
+    plot_waits(timing)   # from feedgpu.plots
 """
 
 from __future__ import annotations
@@ -26,26 +26,23 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
 import torch
 
-logger = logging.getLogger(__name__)
-
 __all__ = [
     "LoaderTiming",
     "time_loader",
     "shutdown_workers",
-    "plot_timings",
-    "plot_waits",
 ]
 
+
+logger = logging.getLogger(__name__)
+
+
 Step = Union[Callable[[Any], Any], float, None]
-
-
-# --------------------------------------------------------------------------- results
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -169,9 +166,6 @@ class LoaderTiming:
             "persistent_workers": self.persistent_workers,
         }
         return out
-
-
-# --------------------------------------------------------------------------- harness
 
 
 def _make_clock() -> Callable[[], float]:
@@ -385,105 +379,3 @@ def time_loader(
             timing.later_startup_s,
         )
     return timing
-
-
-# --------------------------------------------------------------------------- plots
-
-
-def _rows_from(results: Any) -> tuple[list[str], list[float], list[float]]:
-    """Labels, means and stds (seconds) from a mapping of timings or a DataFrame."""
-    if isinstance(results, Mapping):
-        labels = [str(k) for k in results]
-        means = [t.mean_s_per_batch for t in results.values()]
-        stds = [t.std_s_per_batch for t in results.values()]
-        return labels, means, stds
-    columns = getattr(results, "columns", None)
-    if columns is None or "mean_s_per_batch" not in columns:
-        raise TypeError(
-            "results must be a mapping of label -> LoaderTiming, or a DataFrame with a "
-            f"'mean_s_per_batch' column (as sweep() returns), got {type(results).__name__}"
-        )
-    labels_src = results["label"] if "label" in columns else results.index
-    labels = [str(v) for v in labels_src]
-    means = [float(v) for v in results["mean_s_per_batch"]]
-    if "std_s_per_batch" in columns:
-        stds = [float(v) for v in results["std_s_per_batch"]]
-    else:
-        stds = [0.0] * len(means)
-    return labels, means, stds
-
-
-def plot_timings(results: Any, ax: Any = None, *, title: str | None = None) -> Any:
-    """Plot mean time per batch with error bars (one standard deviation over repeats).
-
-    Args:
-        results: a mapping ``label -> LoaderTiming``, or a DataFrame with columns
-            ``mean_s_per_batch`` and optionally ``std_s_per_batch`` and ``label``
-            (otherwise the index labels the points).
-        ax: a matplotlib Axes to draw on; a new figure is made when None.
-        title: an optional title.
-
-    Returns:
-        The matplotlib Axes.
-
-    Raises:
-        TypeError: if ``results`` is neither of the accepted kinds.
-    """
-    import matplotlib.pyplot as plt
-
-    labels, means, stds = _rows_from(results)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
-    xs = list(range(len(labels)))
-    ax.errorbar(
-        xs,
-        [m * 1e3 for m in means],
-        yerr=[s * 1e3 for s in stds],
-        fmt="o",
-        capsize=4,
-        markersize=6,
-    )
-    ax.set_xticks(xs)
-    ax.set_xticklabels(labels)
-    ax.set_xlim(-0.5, len(xs) - 0.5)
-    ax.set_ylim(bottom=0)
-    ax.set_ylabel("time per batch (ms)")
-    ax.grid(axis="y", alpha=0.3)
-    if title:
-        ax.set_title(title)
-    return ax
-
-
-def plot_waits(timing: LoaderTiming, ax: Any = None, *, title: str | None = None) -> Any:
-    """Plot the wait inside ``next()`` for every timed batch, one line per repeat.
-
-    A dashed line marks the mean step time: waits well below it mean the workers keep
-    up; waits near or above it mean the loop is starved for data.
-
-    Args:
-        timing: what :func:`time_loader` returned.
-        ax: a matplotlib Axes to draw on; a new figure is made when None.
-        title: an optional title.
-
-    Returns:
-        The matplotlib Axes.
-    """
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
-    offset = timing.warmup + 1  # timed batches start after start-up and warm-up
-    for r, waits in enumerate(timing.waits_s):
-        xs = range(offset, offset + len(waits))
-        ax.plot(xs, [w * 1e3 for w in waits], marker=".", label=f"repeat {r + 1}")
-    all_steps = [s for steps in timing.steps_s for s in steps]
-    if all_steps and _mean(all_steps) > 0:
-        ax.axhline(_mean(all_steps) * 1e3, color="grey", linestyle="--", label="mean step")
-    ax.set_xlabel("batch (0 = the start-up batch)")
-    ax.set_ylabel("wait in next() (ms)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    if title:
-        ax.set_title(title)
-    return ax

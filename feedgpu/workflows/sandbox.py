@@ -157,7 +157,7 @@ def describe(outcome: Outcome, limits: Limits) -> str:
     }.get(outcome.killed_for or "", "")
 
 
-if __name__ == "__main__":  # a quick manual check: python scripts/sandbox.py CMD ...
+if __name__ == "__main__":  # a quick manual check: python -m feedgpu.workflows.sandbox CMD ...
     import sys
 
     o = run_limited(sys.argv[1:])

@@ -1,4 +1,4 @@
-"""Tests of feedgpu.environment (the machine's description) and feedgpu.plots."""
+"""Tests of feedgpu.measure.machine (the machine's description) and feedgpu.plots."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from feedgpu import environment, plots  # noqa: E402
+from feedgpu import plots
+from feedgpu.measure import machine  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +29,7 @@ def _close_figures():
 
 
 def test_describe_machine_keys_and_types():
-    info = environment.describe_machine()
+    info = machine.describe_machine()
     expected = {
         "python", "platform", "torch", "torchvision", "logical_cores", "usable_cores",
         "physical_cores", "memory_bytes", "start_method", "torch_threads", "cuda_available",
@@ -53,7 +54,7 @@ def test_describe_machine_keys_and_types():
 
 def test_start_method_is_the_default_and_not_fixed():
     before = multiprocessing.get_start_method(allow_none=True)
-    method = environment.start_method()
+    method = machine.start_method()
     assert method in multiprocessing.get_all_start_methods(), f"unknown start method {method!r}"
     if before is None:
         assert method == multiprocessing.get_all_start_methods()[0], "the default is the first listed method"
@@ -63,8 +64,8 @@ def test_start_method_is_the_default_and_not_fixed():
 
 
 def test_print_machine_prints_a_labelled_table(capsys):
-    info = environment.describe_machine()
-    environment.print_machine(info)
+    info = machine.describe_machine()
+    machine.print_machine(info)
     out = capsys.readouterr().out
     for label in ("Python", "torch", "logical cores", "usable cores", "physical cores",
                   "memory", "start method", "CUDA GPU", "device"):
@@ -75,10 +76,10 @@ def test_print_machine_prints_a_labelled_table(capsys):
 def test_print_machine_handles_unknowns(capsys):
     info = {"python": "3.x", "start_method": "spawn", "device": "cpu", "physical_cores": None,
             "memory_bytes": None}
-    environment.print_machine(info)
+    machine.print_machine(info)
     out = capsys.readouterr().out
     assert "unknown" in out, "missing values must print as 'unknown'"
-    assert any("spawn" in note and "module" in note for note in environment.machine_notes(info)), (
+    assert any("spawn" in note and "module" in note for note in machine.machine_notes(info)), (
         "under spawn the notes must say that Dataset classes need a module"
     )
 

@@ -1,4 +1,4 @@
-"""Measure a DataLoader over a grid of settings and plot the result.
+"""Measure a DataLoader over a grid of settings (plot it with :func:`feedgpu.plots.plot_sweep`).
 
 Example::
 
@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .timing import LoaderTiming, shutdown_workers, time_loader
 
+__all__ = [
+    "RESULT_COLUMNS",
+    "grid_settings",
+    "sweep",
+]
+
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["grid_settings", "sweep", "plot_sweep", "RESULT_COLUMNS"]
 
 #: Result columns of :func:`sweep`, after the parameter columns.
 RESULT_COLUMNS: tuple[str, ...] = (
@@ -88,7 +93,7 @@ def sweep(
     """Time a loader for every combination of parameters in ``grid``.
 
     For each setting (see :func:`grid_settings` for the order), calls
-    ``make_loader(**setting)``, measures it with :func:`~feedgpu.timing.time_loader`,
+    ``make_loader(**setting)``, measures it with :func:`~feedgpu.measure.timing.time_loader`,
     then stops any persistent workers it kept, so settings do not compete for cores.
 
     Args:
@@ -128,89 +133,3 @@ def sweep(
     finally:
         bar.close()
     return pd.DataFrame(rows, columns=[*grid, *RESULT_COLUMNS])
-
-
-_NICE_LABELS = {
-    "mean_s_per_batch": "time per batch",
-    "startup_s": "start-up time",
-    "items_per_s": "items per second",
-    "batches_per_s": "batches per second",
-    "wait_fraction": "fraction of time waiting for data",
-}
-
-
-def _std_column(df: Any, y: str) -> str | None:
-    """The column holding the spread of ``y``: mean_X -> std_X, when present."""
-    if y.startswith("mean_"):
-        candidate = "std_" + y[len("mean_") :]
-        if candidate in df.columns:
-            return candidate
-    return None
-
-
-def plot_sweep(
-    df: Any,
-    x: str,
-    y: str = "mean_s_per_batch",
-    hue: str | None = None,
-    ax: Any = None,
-    *,
-    title: str | None = None,
-) -> Any:
-    """Plot a sweep: ``y`` against ``x``, one line per value of ``hue``, with error bars.
-
-    Error bars are one standard deviation over repeats, taken from ``std_...`` when
-    ``y`` is ``mean_...`` and that column exists. Seconds-per-batch columns (names
-    ending in ``_s_per_batch``, or in ``_s`` but not ``_per_s``) are drawn in milliseconds.
-
-    Args:
-        df: the DataFrame from :func:`sweep` (or any with the named columns).
-        x: the column for the horizontal axis (numeric, or categories).
-        y: the column for the vertical axis.
-        hue: a column whose values each get their own line; None for one line.
-        ax: a matplotlib Axes to draw on; a new figure is made when None.
-        title: an optional title.
-
-    Returns:
-        The matplotlib Axes.
-
-    Raises:
-        KeyError: if ``x``, ``y`` or ``hue`` is not a column of ``df``.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    for name in (x, y, hue):
-        if name is not None and name not in df.columns:
-            raise KeyError(f"{name!r} is not a column; columns are {list(df.columns)}")
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
-    std_col = _std_column(df, y)
-    in_ms = y.endswith("_s_per_batch") or (y.endswith("_s") and not y.endswith("_per_s"))
-    scale = 1e3 if in_ms else 1.0
-    numeric_x = all(isinstance(v, (int, float)) for v in df[x].tolist())
-    categories = list(dict.fromkeys(df[x].tolist()))
-    groups = [(None, df)] if hue is None else list(df.groupby(hue, sort=False))
-    for key, part in groups:
-        part = part.sort_values(x) if numeric_x else part
-        xs = part[x].tolist() if numeric_x else [categories.index(v) for v in part[x]]
-        ys = [v * scale for v in part[y]]
-        err = [v * scale for v in part[std_col]] if std_col else None
-        label = None if hue is None else f"{hue}={key}"
-        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=4, label=label)
-    if not numeric_x:
-        ax.set_xticks(range(len(categories)))
-        ax.set_xticklabels([str(c) for c in categories])
-    elif all(isinstance(v, int) for v in df[x].tolist()):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel(x)
-    nice = _NICE_LABELS.get(y, y)
-    ax.set_ylabel(f"{nice} (ms)" if in_ms else nice)
-    if all(math.isfinite(v) and v >= 0 for v in df[y]):
-        ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    if hue is not None:
-        ax.legend(fontsize="small")
-    if title:
-        ax.set_title(title)
-    return ax

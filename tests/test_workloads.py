@@ -1,4 +1,4 @@
-"""The workloads of notebook 02 (feedgpu/workers.py): known costs, thread reports, thread limits."""
+"""The workloads of notebook 02 (feedgpu.workloads): known costs, thread reports, thread limits."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from feedgpu.workers import (MatmulDataset, MixedDataset, SlowStartDataset, ThreadReportDataset,
-                             blas_threads, limit_worker_threads)
+from feedgpu.workloads import (MatmulDataset, MixedDataset, SlowStartDataset, ThreadReportDataset, blas_threads, limit_worker_threads)
 
 
 def test_mixed_dataset_items_and_cpu_fraction():

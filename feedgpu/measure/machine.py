@@ -5,7 +5,7 @@ workers can really use, how worker processes are started, and whether there is a
 feed. Notebooks call :func:`describe_machine` once, in their configuration cell, and
 :func:`print_machine` to show the result as a labelled table::
 
-    from feedgpu.environment import describe_machine, print_machine
+    from feedgpu.measure.machine import describe_machine, print_machine
 
     info = describe_machine()
     print_machine(info)

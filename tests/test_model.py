@@ -1,4 +1,4 @@
-"""Tests for feedgpu.pipeline: the queue model, the event simulation and the explanations.
+"""Tests for feedgpu.model: the queue model, the event simulation and the explanations.
 
 Everything here is deterministic, so the checks are exact (up to float rounding).
 Expected values are worked out by hand in the tests, from the model's stated rules.
@@ -15,14 +15,8 @@ matplotlib.use("Agg")
 
 import pytest
 
-from feedgpu.pipeline import (
-    bottleneck_stage,
-    draw_load_times,
-    explain_bottleneck,
-    plot_model_vs_measured,
-    simulate,
-    steady_state_time_per_batch,
-)
+from feedgpu.model import (bottleneck_stage, draw_load_times, explain_bottleneck, simulate, steady_state_time_per_batch)
+from feedgpu.plots import plot_model_vs_measured
 
 # The Stack Overflow experiment: 128 items of 3.125 ms each, a 50 ms step, small arrays
 # (negligible transfer). Measured seconds per batch for 0, 2, 4, 6 and 8 workers.

@@ -3,7 +3,7 @@
 nbgrader's ``generate_assignment`` strips the solutions and hidden tests, locks the test
 cells and records their checksums. We run it into a scratch folder and swap the result
 into place only when every assignment succeeded, so a failure never leaves a half-made
-release. Usage: ``python scripts/release.py [--dest DIR] [ASSIGNMENT ...]``.
+release. Usage: ``feedgpu-release [--dest DIR] [ASSIGNMENT ...]``.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from . import COURSE_ROOT as ROOT
+
 SOURCE = ROOT / "solutions"
 RELEASE = ROOT / "notebooks"
 NBGRADER = Path(sys.executable).with_name("nbgrader")

@@ -1,0 +1,14 @@
+"""The course's workflows behind the Makefile, each with a console command.
+
+* :mod:`~feedgpu.workflows.release` (``feedgpu-release``): the student release from the solutions;
+* :mod:`~feedgpu.workflows.grade` (``feedgpu-grade``): grade a class with nbgrader, using
+  :mod:`~feedgpu.workflows.inspection` (look at a submission before grading it) and
+  :mod:`~feedgpu.workflows.sandbox` (run it with limits, leave no process behind);
+* :mod:`~feedgpu.workflows.bench` (``feedgpu-bench``): the course's figures.
+"""
+
+from pathlib import Path
+
+#: The course's repository (``solutions/``, ``notebooks/``, ``nbgrader_config.py``): the
+#: package is installed from it in editable mode, so it sits two folders above this file.
+COURSE_ROOT = Path(__file__).resolve().parents[2]
