@@ -11,6 +11,7 @@ SYNTHETIC   := $(DATA_HOME)/lfw-synthetic/.complete
 REAL        := $(DATA_HOME)/lfw-real/.complete
 SUBMISSIONS ?= submitted
 PYTEST_ARGS ?=
+LAB_ARGS    ?=
 
 .PHONY: help lab venv data release grade test test-quick bench clean clean-data distclean
 
@@ -18,10 +19,12 @@ PYTEST_ARGS ?=
 help:
 	@awk '/^# /{doc=substr($$0,3)} /^[a-z-]+:/{sub(/:.*/,"",$$1); if (doc) printf "  make %-12s %s\n", $$1, doc; doc=""}' Makefile
 
+# JupyterLab serves any user, root included (containers, WSL, cloud machines), on localhost
+# with a token; more options go in LAB_ARGS, e.g. make lab LAB_ARGS="--port=8899".
 # Open the course in JupyterLab (makes the environment and the data first if missing).
 lab: $(STAMP) $(if $(filter real,$(LFW)),$(REAL),$(SYNTHETIC))
 	@echo "Opening JupyterLab on notebooks/ - open the URL printed below (Ctrl-C twice to stop)."
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.open_browser=False
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.open_browser=False --ServerApp.allow_root=True $(LAB_ARGS)
 
 # Create the virtual environment in .venv with the pinned packages and the course code (editable).
 venv: $(STAMP)

@@ -18,8 +18,8 @@ Two trees in that layout can be prepared under the data home (see :func:`get_dat
 
 * ``lfw-synthetic``: generated offline from a seed (``make data``), with the real
   LFW's numbers of people and images per person;
-* ``lfw-real``: the real archive, fetched with scikit-learn's LFW fetcher
-  (``make data LFW=real``).
+* ``lfw-real``: the real archive (:data:`LFW_FUNNELED`), downloaded and verified with
+  pooch, then extracted (``make data LFW=real``).
 
 Run ``python lfw_dataset.py -h`` for the command line.
 """
@@ -33,14 +33,19 @@ import os
 import shutil
 import statistics
 import sys
+import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from PIL import Image, UnidentifiedImageError
+from torch.utils.data import DataLoader, Dataset
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +57,12 @@ TREE_NAMES = {"synthetic": "lfw-synthetic", "real": "lfw-real"}
 
 #: How to make each tree, quoted in error messages.
 MAKE_COMMANDS = {"synthetic": "make data", "real": "make data LFW=real"}
+
+#: The folder (beside this module) for generated outputs such as the batch grid.
+BUILD_DIR_NAME = "build"
+
+#: The file name of the grid written by ``-visualize_batch`` when no ``-output`` is given.
+DEFAULT_GRID_NAME = "lfw_batch.png"
 
 DATA_HOME_ENV = "FEEDGPU_DATA"
 LFW_ROOT_ENV = "FEEDGPU_LFW"
@@ -80,6 +91,14 @@ def get_data_home(data_home: str | os.PathLike | None = None) -> Path:
     if env:
         return Path(env).expanduser()
     return Path(__file__).resolve().parent / "data"
+
+
+def get_build_dir() -> Path:
+    """Return the folder for generated outputs: ``build/`` beside this module.
+
+    It is ignored by git and emptied by ``make clean``; it is not created here.
+    """
+    return Path(__file__).resolve().parent / BUILD_DIR_NAME
 
 
 def default_root(kind: str | None = None, data_home: str | os.PathLike | None = None) -> Path:
@@ -200,13 +219,7 @@ def load_image(path: str | os.PathLike) -> Image.Image:
 # --------------------------------------------------------------------------- the Dataset
 
 
-def _torch_dataset_base() -> type:
-    from torch.utils.data import Dataset
-
-    return Dataset
-
-
-class LFWDataset(_torch_dataset_base()):  # type: ignore[misc]
+class LFWDataset(Dataset):
     """Faces in an LFW-layout folder, as ``(image, label)`` pairs.
 
     It mirrors torchvision's ``ImageFolder`` (same ``classes``, ``class_to_idx``,
@@ -380,46 +393,198 @@ def generate_synthetic_lfw(
     return dest
 
 
+@dataclass(frozen=True)
+class RemoteArchive:
+    """A remote archive, declared once: where it lives, its checksum, and what it holds.
+
+    Attributes:
+        filename: the name the archive is stored under once downloaded.
+        url: the address it is downloaded from.
+        sha256: the SHA-256 of the archive, as 64 hexadecimal digits.
+        tree: the folder inside the archive that holds one sub-folder per person.
+    """
+
+    filename: str
+    url: str
+    sha256: str
+    tree: str
+
+
+#: The real LFW, funneled (aligned) version: about 230 MB, extracted to ``lfw_funneled/``.
+#: The address and checksum are those scikit-learn's LFW fetcher uses (the original is at
+#: http://vis-www.cs.umass.edu/lfw/lfw-funneled.tgz).
+LFW_FUNNELED = RemoteArchive(
+    filename="lfw-funneled.tgz",
+    url="https://ndownloader.figshare.com/files/5976015",
+    sha256="b47c8422c8cded889dc5a13418c4bc2abbda121092b3533a83306f90d900100a",
+    tree="lfw_funneled",
+)
+
+#: The folder under the data home that keeps verified downloads, so a re-made tree does not
+#: download again. Its name starts with ``.lfw-``, so ``make clean-data`` removes it.
+DOWNLOADS_DIR_NAME = ".lfw-downloads"
+
+
+class DownloadError(OSError):
+    """A remote archive could not be fetched, verified or extracted; nothing was kept."""
+
+
+def download_archive(
+    archive: RemoteArchive,
+    folder: str | os.PathLike,
+    *,
+    progress: bool = True,
+    n_retries: int = 3,
+    timeout_s: float = 60.0,
+) -> Path:
+    """Download ``archive`` into ``folder`` (with pooch) and return the verified file.
+
+    The file is streamed to a temporary file in ``folder``, its SHA-256 is checked, and
+    only then is it renamed to ``folder / archive.filename``. A file already there whose
+    checksum matches is reused without any download; one that does not match is
+    downloaded again.
+
+    Args:
+        archive: what to fetch (e.g. :data:`LFW_FUNNELED`).
+        folder: where the verified archive is kept (created if missing).
+        progress: show a tqdm progress bar of the bytes received.
+        n_retries: further attempts after a failed download or a checksum mismatch.
+        timeout_s: give up on a connection that sends nothing for this long.
+
+    Returns:
+        The path of the verified archive.
+
+    Raises:
+        DownloadError: the download failed or its checksum did not match; no file, not
+            even a partial one, is left in ``folder``. The message says what to do.
+    """
+    import pooch
+    import requests
+
+    folder = Path(folder)
+    fetcher = pooch.create(
+        path=folder,
+        base_url="",
+        registry={archive.filename: f"sha256:{archive.sha256}"},
+        urls={archive.filename: archive.url},
+        retry_if_failed=n_retries,
+    )
+    downloader = pooch.HTTPDownloader(progressbar=progress, timeout=timeout_s)
+    again = f"run `{MAKE_COMMANDS['real']}` again, or use the offline data (`{MAKE_COMMANDS['synthetic']}`)"
+    try:
+        return Path(fetcher.fetch(archive.filename, downloader=downloader))
+    except ValueError as err:
+        if "hash" not in str(err).lower():  # pooch's other ValueErrors: a bad address
+            raise DownloadError(
+                f"cannot download {archive.filename} from {archive.url}: {err}. The address must "
+                "be an http:// or https:// URL (see lfw_dataset.LFW_FUNNELED)."
+            ) from err
+        raise DownloadError(
+            f"the download of {archive.filename} from {archive.url} does not match its "
+            f"SHA-256 checksum (expected {archive.sha256}); the file was deleted. The "
+            f"transfer was corrupted or the mirror changed: {again}. ({err})"
+        ) from err
+    except (requests.exceptions.RequestException, OSError) as err:
+        raise DownloadError(
+            f"could not download {archive.filename} from {archive.url}: {err}. Check the "
+            f"internet connection (behind a proxy, set HTTPS_PROXY), then {again}; "
+            "nothing half-downloaded was kept."
+        ) from err
+    finally:
+        _remove_if_empty(folder)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()  # only succeeds when empty: a failed first download leaves no folder
+    except OSError:
+        pass
+
+
+def extract_tree(
+    archive_path: str | os.PathLike, tree: str, into: str | os.PathLike, *, progress: bool = True
+) -> Path:
+    """Extract a tar archive into ``into`` and return its folder ``tree`` (LFW layout).
+
+    Members that would land outside ``into`` (absolute paths, ``..``, links out) are
+    refused by the standard library's ``"data"`` extraction filter.
+
+    Raises:
+        DownloadError: the archive is unreadable, or has no folder ``tree``.
+    """
+    from tqdm.auto import tqdm
+
+    into = Path(into)
+    try:
+        with tarfile.open(archive_path, "r:*") as tar, \
+                tqdm(unit="file", desc=f"extracting {Path(archive_path).name}", disable=not progress) as bar:
+            for member in tar:  # one member at a time: no second pass over a 230 MB archive
+                tar.extract(member, into, filter="data")
+                bar.update(1)
+    except (tarfile.TarError, EOFError, zlib.error) as err:
+        raise DownloadError(
+            f"cannot extract {archive_path}: {err}. Delete it and run `{MAKE_COMMANDS['real']}` again."
+        ) from err
+    folder = into / tree
+    if not folder.is_dir():
+        found = sorted(p.name for p in into.iterdir())
+        raise DownloadError(
+            f"the archive {archive_path} has no folder {tree!r} (it holds {found}); it is not "
+            f"the expected LFW archive. Delete it and run `{MAKE_COMMANDS['real']}` again."
+        )
+    return folder
+
+
 def fetch_real_lfw(
     root: str | os.PathLike | None = None,
     *,
-    funneled: bool = True,
+    archive: RemoteArchive = LFW_FUNNELED,
+    download_dir: str | os.PathLike | None = None,
     force: bool = False,
+    progress: bool = True,
     n_retries: int = 3,
 ) -> Path:
-    """Download the real LFW with scikit-learn's fetcher and return the JPEG tree.
+    """Download the real LFW, verify it, extract it, and return the JPEG tree (atomically).
 
-    scikit-learn knows the archive's address and checksum: it downloads to a temporary
-    file, checks the SHA-256 and extracts it. We let it work in a temporary data home
-    beside ``root`` and rename the extracted tree into place only when everything
-    succeeded, so a checksum mismatch or an interrupted download leaves nothing half made.
+    The archive is fetched with :func:`download_archive` (pooch: a temporary file, the
+    SHA-256 checked, then renamed into place; a verified archive is reused). It is
+    extracted into a hidden temporary folder beside ``root``, and the person folders are
+    renamed into place, with the ``.complete`` marker, only when everything succeeded: a
+    checksum mismatch, an interrupted download or a broken archive leaves no tree and no
+    temporary file (an earlier complete tree is kept).
 
     Args:
-        root: where the tree goes; default ``<data home>/lfw-real``.
-        funneled: the funneled (aligned) version, scikit-learn's default.
-        force: re-make the tree even if a complete one is there.
-        n_retries: download retries on HTTP errors (scikit-learn's).
+        root: where the tree goes; default ``<data home>/lfw-real``. It ends up in LFW
+            layout, ``root/<Person>/<Person>_0001.jpg``.
+        archive: what to download; the default :data:`LFW_FUNNELED` is the real LFW. Pass
+            another :class:`RemoteArchive` for a mirror (its own address and checksum).
+        download_dir: where the verified archive is kept; default
+            ``<root's folder>/.lfw-downloads``.
+        force: re-make the tree even if a complete one is there (the archive is reused if
+            its checksum matches).
+        progress: show progress bars (download and extraction).
+        n_retries: further download attempts after a failure.
 
     Returns:
         The tree's folder (one sub-folder per person).
 
     Raises:
-        OSError: the download failed or its checksum did not match (from scikit-learn).
+        DownloadError: the download failed, its checksum did not match, or the archive is
+            not in the expected layout (an ``OSError``; the message says what to do).
     """
-    from sklearn.datasets import _lfw
-
     dest = Path(root) if root is not None else default_root("real")
     if _is_complete(dest) and not force:
+        logger.info("real LFW already complete at %s", dest)
         return dest
+    downloads = Path(download_dir) if download_dir is not None else dest.parent / DOWNLOADS_DIR_NAME
+    archive_path = download_archive(archive, downloads, progress=progress, n_retries=n_retries)
     dest.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
     try:
-        _, folder = _lfw._check_fetch_lfw(
-            data_home=str(work), funneled=funneled, n_retries=n_retries, delay=1.0
-        )
-        _publish(Path(folder), dest)
+        _publish(extract_tree(archive_path, archive.tree, work, progress=progress), dest)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    logger.info("real LFW extracted to %s (archive kept at %s)", dest, archive_path)
     return dest
 
 
@@ -452,8 +617,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-batches_to_check", "--batches-to-check", type=int, default=100,
                    help="batches per timing repeat")
     p.add_argument("-repeats", "--repeats", type=int, default=5, help="timing repeats")
-    p.add_argument("-output", "--output", default="lfw_batch.png",
-                   help="PNG written by -visualize_batch when there is no display")
+    p.add_argument("-output", "--output", default=None,
+                   help="write the -visualize_batch grid to this PNG (default: "
+                        f"{BUILD_DIR_NAME}/{DEFAULT_GRID_NAME} when there is no display)")
     p.add_argument("-prepare", "--prepare", choices=sorted(TREE_NAMES),
                    help="make the data of this kind if missing, then exit")
     return p
@@ -470,11 +636,15 @@ def _has_display() -> bool:
     return True
 
 
-def show_batch(images, labels, classes: list[str], output: str | os.PathLike | None = None) -> Path | None:
+def show_batch(
+    images: torch.Tensor, labels: torch.Tensor, classes: list[str], output: str | os.PathLike | None = None
+) -> Path | None:
     """Draw a batch as a grid with the people's names; save it to ``output`` or show it.
 
     With ``output`` (or without a display) the figure is drawn off-screen and written as a
     PNG, without touching matplotlib's global backend (so a notebook keeps its inline plots).
+    Without ``output`` the PNG goes to ``build/lfw_batch.png`` (see :func:`get_build_dir`),
+    never into the working folder; its folder is created if missing.
 
     Returns:
         The PNG's path when one was written, else ``None`` (shown on screen).
@@ -498,16 +668,22 @@ def show_batch(images, labels, classes: list[str], output: str | os.PathLike | N
     if output is None and _has_display():
         plt.show()
         return None
-    out = Path(output if output is not None else "lfw_batch.png")
+    out = Path(output) if output is not None else get_build_dir() / DEFAULT_GRID_NAME
+    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100, bbox_inches="tight")
     return out
 
 
-def time_loader_cli(loader, batches: int, repeats: int = 5, warmup: int = 1) -> list[float]:
+def time_loader_cli(loader: Iterable[Any], batches: int, repeats: int = 5, warmup: int = 1) -> list[float]:
     """Seconds to pull ``batches`` batches from ``loader``, once per repeat, after a warm-up.
 
     Each repeat starts a fresh pass (new iterator, so workers start again, as in a new
     epoch); ``warmup`` batches of each pass are pulled before the clock starts.
+
+    Returns:
+        One time per repeat, in seconds (``-get_timing`` prints their mean and standard
+        deviation). A loader with fewer than ``warmup + batches`` batches is timed over
+        the batches it has.
     """
     times = []
     for _ in range(repeats):
@@ -528,11 +704,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.prepare:
-        print(prepare(args.prepare))
+        try:
+            print(prepare(args.prepare))
+        except DownloadError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
         return 0
-    import torch
-    from torch.utils.data import DataLoader
-
     try:
         dataset = LFWDataset(args.path_to_folder, transform=default_transform())
     except (FileNotFoundError, NotADirectoryError, ValueError) as err:
@@ -543,8 +720,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{dataset!r}; batch_size={args.batch_size}, num_workers={args.num_workers}")
     if args.visualize_batch:
         images, labels = next(iter(loader))
-        out = show_batch(images, labels, dataset.classes,
-                         output=None if _has_display() else args.output)
+        out = show_batch(images, labels, dataset.classes, output=args.output)
         print(f"batch of {len(images)} images, shape {tuple(images.shape)}"
               + (f"; grid written to {out}" if out else ""))
     if args.get_timing:

@@ -11,6 +11,9 @@ import pytest
 import lfw_dataset
 from feedgpu.data import faces, lfw_stats
 
+# tests of the module; those also marked `slow` read the full data set made by `make data`
+pytestmark = pytest.mark.unit
+
 
 def _digest(tree: Path) -> dict[str, str]:
     return {str(p.relative_to(tree)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -27,7 +30,8 @@ def test_small_tree_is_complete_and_in_lfw_layout(tmp_path):
         files = sorted(f.name for f in (tree / person).iterdir())
         assert files == [f"{person}_{k:04d}.jpg" for k in range(1, n + 1)], (person, files[:3])
     ds = lfw_dataset.LFWDataset(tree)
-    assert len(ds) == sum(counts) and ds[0][0].size == (250, 250) and ds[0][0].mode == "RGB"
+    assert len(ds) == sum(counts) and ds[0][0].size == (250, 250) and ds[0][0].mode == "RGB", (
+        f"{len(ds)} images of {ds[0][0].size} {ds[0][0].mode}; expected {sum(counts)} of 250x250 RGB")
 
 
 def test_same_seed_same_bytes_any_process_count(tmp_path):
@@ -43,7 +47,8 @@ def test_complete_tree_is_not_remade(tmp_path):
     stamp = (tree / ".complete").stat().st_mtime_ns
     marker_files = list(tree.rglob("*.jpg"))
     lfw_dataset.generate_synthetic_lfw(tmp_path / "lfw", max_people=3, processes=1, progress=False)
-    assert (tree / ".complete").stat().st_mtime_ns == stamp and list(tree.rglob("*.jpg")) == marker_files
+    assert (tree / ".complete").stat().st_mtime_ns == stamp and list(tree.rglob("*.jpg")) == marker_files, (
+        "a complete tree is left as it is")
 
 
 def test_failure_leaves_no_half_tree(tmp_path, monkeypatch):

@@ -16,6 +16,9 @@ from lfw_dataset import CorruptImageError, LFWDataset, find_classes, load_image,
 
 from conftest import TINY_PEOPLE
 
+# tests of the module; the one also marked `slow` starts a spawned worker (about 10 s)
+pytestmark = pytest.mark.unit
+
 
 def test_find_classes_sorted_in_code_point_order(tiny_lfw):
     classes, class_to_idx = find_classes(tiny_lfw)
@@ -42,7 +45,7 @@ def test_dataset_attributes(tiny_lfw):
     ds = LFWDataset(tiny_lfw)
     assert len(ds) == sum(TINY_PEOPLE.values()) + 1, "one extra PNG was added to alice_A"
     assert ds.targets == [label for _, label in ds.samples], "targets follow samples"
-    assert ds.root == tiny_lfw
+    assert ds.root == tiny_lfw, f"root is the folder given: {ds.root}"
 
 
 def test_dataset_matches_imagefolder_oracle(tiny_lfw):
@@ -88,14 +91,14 @@ def test_transform_and_target_transform_are_applied(tiny_lfw):
 def test_to_tensor_gives_float_chw(tiny_lfw):
     image, label = LFWDataset(tiny_lfw, transform=transforms.ToTensor())[0]
     assert isinstance(image, torch.Tensor) and image.shape == (3, 32, 32), image.shape
-    assert image.dtype == torch.float32 and 0 <= image.min() and image.max() <= 1
-    assert isinstance(label, int)
+    assert image.dtype == torch.float32 and 0 <= image.min() and image.max() <= 1, (image.dtype, image.min(), image.max())
+    assert isinstance(label, int), f"the label stays an int: {type(label)}"
 
 
 def test_min_images_per_person_relabels_contiguously(tiny_lfw):
     ds = LFWDataset(tiny_lfw, min_images_per_person=2)
     assert ds.classes == ["Bob_B", "alice_A"], ds.classes
-    assert ds.class_to_idx == {"Bob_B": 0, "alice_A": 1}
+    assert ds.class_to_idx == {"Bob_B": 0, "alice_A": 1}, f"labels of the kept people, from 0: {ds.class_to_idx}"
     assert sorted(set(ds.targets)) == [0, 1] and len(ds) == 6, (ds.targets, len(ds))
     with pytest.raises(ValueError, match="min_images_per_person"):
         LFWDataset(tiny_lfw, min_images_per_person=0)
@@ -144,7 +147,7 @@ def test_garbage_with_image_name_names_the_file(tmp_path):
     bad.write_text("<html>404 not found</html>")
     with pytest.raises(CorruptImageError, match="P_0001.jpg"):
         load_image(bad)
-    assert issubclass(CorruptImageError, OSError)
+    assert issubclass(CorruptImageError, OSError), "an OSError, so it crosses DataLoader workers intact"
 
 
 def test_corrupt_file_error_crosses_workers_with_its_name(corrupt_lfw):
@@ -174,18 +177,18 @@ def test_works_under_spawn(tiny_lfw):
 def test_pickle_round_trip(tiny_lfw):
     ds = LFWDataset(tiny_lfw, transform=transforms.ToTensor())
     clone = pickle.loads(pickle.dumps(ds))
-    assert clone.samples == ds.samples and torch.equal(clone[2][0], ds[2][0])
+    assert clone.samples == ds.samples and torch.equal(clone[2][0], ds[2][0]), "a pickled copy reads the same items"
 
 
 def test_data_home_env_and_default_root(tmp_path, monkeypatch):
     monkeypatch.setenv("FEEDGPU_DATA", str(tmp_path))
     monkeypatch.delenv("FEEDGPU_LFW", raising=False)
-    assert lfw_dataset.get_data_home() == tmp_path
+    assert lfw_dataset.get_data_home() == tmp_path, "FEEDGPU_DATA moves the data home"
     assert lfw_dataset.default_root() == tmp_path / "lfw-synthetic", "synthetic unless real exists"
     (tmp_path / "lfw-real").mkdir()
     assert lfw_dataset.default_root() == tmp_path / "lfw-real", "the real tree wins once made"
     monkeypatch.setenv("FEEDGPU_LFW", str(tmp_path / "mine"))
-    assert lfw_dataset.default_root() == tmp_path / "mine"
+    assert lfw_dataset.default_root() == tmp_path / "mine", "FEEDGPU_LFW names the tree itself"
     assert lfw_dataset.get_data_home(tmp_path / "x") == tmp_path / "x", "explicit argument wins"
     with pytest.raises(ValueError, match="unknown LFW kind"):
         lfw_dataset.default_root("imagenet")
