@@ -1,0 +1,340 @@
+"""The course's model of host-to-device copies: latency + bytes ÷ bandwidth, and pinning.
+
+A batch that the DataLoader hands over lives in ordinary (*pageable*) host memory. To
+reach the GPU it must cross the bus by DMA, and DMA can only read *pinned* (page-locked)
+memory, which the operating system promises not to move. So:
+
+* a copy from **pageable** memory is staged: CUDA copies it, chunk by chunk, into a pinned
+  buffer of its own and sends that; the host waits for it, and it cannot overlap with
+  kernels;
+* a copy from **pinned** memory goes straight to the bus, faster, and with
+  ``non_blocking=True`` the host does not wait: the copy overlaps with whatever comes next;
+* **pinning** (``tensor.pin_memory()``) is itself a copy, into pinned memory, paid by the
+  host thread that calls it (the DataLoader's ``pin_memory=True`` pays it in a thread of
+  its own, so the training loop does not).
+
+Each of the three is modelled by one :class:`LinearCost`: a fixed latency plus bytes ÷
+bandwidth. :class:`CopyCosts` holds the three, and the host's cost of one wait for the
+device (``sync_s``: the round trip of the ``cudaStreamSynchronize`` that a blocking
+``.to()`` adds after its copy).
+
+With those, :func:`predict_strategies` predicts the six ways of the PyTorch tutorial "A
+guide on good usage of ``non_blocking`` and ``pin_memory()``" to send ``n`` tensors
+(:data:`STRATEGIES`), and :func:`pin_then_copy_slowdown` shows when the tutorial's
+warning holds: ``t.pin_memory().to(device, non_blocking=True)`` is up to twice as slow
+as a plain ``t.to(device)`` (for one large tensor, when pinning costs as much as the copy
+it was meant to speed up). :func:`training_loop_s` gives the loop's total with and without
+overlap of copy and compute; :mod:`feedgpu.simdevice` plays the same rules out on a
+simulated device; :func:`fit_linear_cost` fits latency and bandwidth to measurements
+(:mod:`feedgpu.measure.pinning` measures them on a GPU).
+
+Example::
+
+    costs = CopyCosts()                       # a PCIe 4 desktop GPU, roughly
+    times = predict_strategies(4, 64 * 2**20, costs)
+    print(best_strategy(4, 64 * 2**20, costs, candidates=FROM_PAGEABLE))
+    fit = fit_linear_cost(sizes, seconds)     # measured (bytes, seconds) pairs
+    print(fit.cost.latency_s, fit.cost.bytes_per_s / 1e9, "GB/s")
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "LinearCost",
+    "CopyCosts",
+    "STRATEGIES",
+    "FROM_PAGEABLE",
+    "strategy_time_s",
+    "predict_strategies",
+    "best_strategy",
+    "pin_then_copy_slowdown",
+    "training_loop_s",
+    "CostFit",
+    "fit_linear_cost",
+]
+
+
+logger = logging.getLogger(__name__)
+
+
+def _check_finite(name: str, value: float, *, positive: bool = False) -> None:
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        what = "> 0" if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number {what}, got {value!r}")
+
+
+def _check_count(name: str, value: int) -> None:
+    if int(value) != value or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    """A cost linear in bytes: ``time_s(nbytes) = latency_s + nbytes / bytes_per_s``.
+
+    Attributes:
+        latency_s: seconds paid whatever the size (setting up the copy).
+        bytes_per_s: bandwidth, bytes per second (``10e9`` is 10 GB/s).
+
+    Raises:
+        ValueError: a negative or infinite latency, or a bandwidth that is not > 0.
+    """
+
+    latency_s: float
+    bytes_per_s: float
+
+    def __post_init__(self) -> None:
+        _check_finite("latency_s", self.latency_s)
+        _check_finite("bytes_per_s", self.bytes_per_s, positive=True)
+
+    def time_s(self, nbytes: float) -> float:
+        """Seconds to move ``nbytes`` bytes (``nbytes >= 0``)."""
+        _check_finite("nbytes", nbytes)
+        return self.latency_s + nbytes / self.bytes_per_s
+
+
+@dataclass(frozen=True)
+class CopyCosts:
+    """The parameters of the copy model. The defaults are a PCIe 4 desktop GPU, roughly:
+    measure your own with :func:`feedgpu.measure.pinning.measure_copy_costs`.
+
+    Attributes:
+        pageable: a copy to the device from pageable memory (staged through CUDA's own
+            pinned buffer: slower, and the host waits for it).
+        pinned: a copy to the device from pinned memory (DMA straight from the tensor).
+        pinning: ``tensor.pin_memory()``, a copy from pageable into pinned host memory,
+            paid by the calling host thread.
+        sync_s: the host's cost of one wait for the device (a blocking ``.to()`` waits
+            after every copy; ``torch.cuda.synchronize()`` waits once).
+    """
+
+    pageable: LinearCost = field(default_factory=lambda: LinearCost(20e-6, 12e9))
+    pinned: LinearCost = field(default_factory=lambda: LinearCost(10e-6, 24e9))
+    pinning: LinearCost = field(default_factory=lambda: LinearCost(10e-6, 12e9))
+    sync_s: float = 5e-6
+
+    def __post_init__(self) -> None:
+        for name in ("pageable", "pinned", "pinning"):
+            if not isinstance(getattr(self, name), LinearCost):
+                raise TypeError(f"{name} must be a LinearCost, got {getattr(self, name)!r}")
+        _check_finite("sync_s", self.sync_s)
+
+    def copy_s(self, nbytes: float, *, pinned: bool) -> float:
+        """Seconds the device spends copying ``nbytes`` from pinned or pageable memory."""
+        return (self.pinned if pinned else self.pageable).time_s(nbytes)
+
+    def pin_s(self, nbytes: float) -> float:
+        """Seconds ``tensor.pin_memory()`` takes for a tensor of ``nbytes``."""
+        return self.pinning.time_s(nbytes)
+
+
+#: The six ways to send tensors to the device compared by the PyTorch tutorial "A guide on
+#: good usage of non_blocking and pin_memory()": name -> the code it stands for. ``t`` is a
+#: pageable tensor; ``pinned_t`` was pinned earlier, somewhere else (by the DataLoader's
+#: pin thread with ``pin_memory=True``), so its pinning is not paid here.
+STRATEGIES: dict[str, str] = {
+    "pageable": "t.to(device)",
+    "pageable_nb": "t.to(device, non_blocking=True)",
+    "pin_then_copy": "t.pin_memory().to(device)",
+    "pin_then_copy_nb": "t.pin_memory().to(device, non_blocking=True)",
+    "pinned": "pinned_t.to(device)",
+    "pinned_nb": "pinned_t.to(device, non_blocking=True)",
+}
+
+#: The strategies open to a loop whose tensors arrive pageable (no pin thread).
+FROM_PAGEABLE: tuple[str, ...] = ("pageable", "pageable_nb", "pin_then_copy", "pin_then_copy_nb")
+
+
+def strategy_time_s(strategy: str, n_tensors: int, tensor_bytes: float,
+                    costs: CopyCosts | None = None) -> float:
+    """Seconds, on the host's clock, to send ``n_tensors`` tensors of ``tensor_bytes`` each.
+
+    The timed code is the tutorial's: a loop of ``.to()`` calls, followed by one
+    ``torch.cuda.synchronize()`` for the ``non_blocking`` strategies (without it the
+    copies would not be known to be done). With ``c`` one copy, ``p`` one pinning, ``s``
+    one wait (``costs.sync_s``) and ``n`` tensors:
+
+    ==================== =============================================================
+    ``pageable``          ``n (c + s)``: every copy waits, then pays a wait
+    ``pageable_nb``       ``n c + s``: the host still waits for each staged copy,
+                          but only synchronises once
+    ``pin_then_copy``     ``n (p + c + s)``
+    ``pin_then_copy_nb``  ``p + c + (n - 1) max(p, c) + s``: a pipeline; the host pins
+                          tensor ``k + 1`` while the device copies tensor ``k``
+    ``pinned``            ``n (c + s)``
+    ``pinned_nb``         ``n c + s``: the copies queue up back to back
+    ==================== =============================================================
+
+    (``c`` is ``costs.pageable`` for the first two, ``costs.pinned`` for the others.)
+
+    Args:
+        strategy: a key of :data:`STRATEGIES`.
+        n_tensors: tensors sent, one ``.to()`` each (>= 1).
+        tensor_bytes: bytes of each tensor (>= 0).
+        costs: the model's parameters (default :class:`CopyCosts`).
+
+    Returns:
+        Seconds from the first call until the host knows every tensor is on the device.
+
+    Raises:
+        KeyError: an unknown strategy (the message lists the known ones).
+        ValueError: ``n_tensors`` < 1 or a negative ``tensor_bytes``.
+    """
+    if strategy not in STRATEGIES:
+        raise KeyError(f"unknown strategy {strategy!r}; choose one of {list(STRATEGIES)}")
+    _check_count("n_tensors", n_tensors)
+    _check_finite("tensor_bytes", tensor_bytes)
+    costs = CopyCosts() if costs is None else costs
+    n, s = int(n_tensors), costs.sync_s
+    c = costs.copy_s(tensor_bytes, pinned=not strategy.startswith("pageable"))
+    p = costs.pin_s(tensor_bytes)
+    if strategy in ("pageable", "pinned"):
+        return n * (c + s)
+    if strategy in ("pageable_nb", "pinned_nb"):
+        return n * c + s
+    if strategy == "pin_then_copy":
+        return n * (p + c + s)
+    return p + c + (n - 1) * max(p, c) + s  # pin_then_copy_nb
+
+
+def predict_strategies(n_tensors: int, tensor_bytes: float,
+                       costs: CopyCosts | None = None) -> dict[str, float]:
+    """:func:`strategy_time_s` of every strategy, in the order of :data:`STRATEGIES`."""
+    return {name: strategy_time_s(name, n_tensors, tensor_bytes, costs) for name in STRATEGIES}
+
+
+def best_strategy(n_tensors: int, tensor_bytes: float, costs: CopyCosts | None = None, *,
+                  candidates: Iterable[str] | None = None) -> str:
+    """The fastest of ``candidates`` (default: all six) by :func:`strategy_time_s`.
+
+    The two ``pinned`` strategies always win when allowed, since their pinning was paid
+    elsewhere: pass ``candidates=FROM_PAGEABLE`` to ask what a loop whose tensors arrive
+    pageable should do. Ties go to the candidate listed first.
+
+    Raises:
+        ValueError: no candidates. KeyError: an unknown one.
+    """
+    names = list(STRATEGIES if candidates is None else candidates)
+    if not names:
+        raise ValueError("candidates is empty: give at least one key of STRATEGIES")
+    times = {name: strategy_time_s(name, n_tensors, tensor_bytes, costs) for name in names}
+    return min(names, key=times.__getitem__)
+
+
+def pin_then_copy_slowdown(tensor_bytes: float, costs: CopyCosts | None = None,
+                           n_tensors: int = 1) -> float:
+    """How many times slower ``t.pin_memory().to(device, non_blocking=True)`` is than a
+    plain ``t.to(device)``: ``strategy_time_s("pin_then_copy_nb") / strategy_time_s("pageable")``.
+
+    For one large tensor the latencies vanish and the ratio tends to
+    ``pageable_bw / pinning_bw + pageable_bw / pinned_bw``: exactly 2 when pinning and
+    both copies run at the same bandwidth (pinning costs as much as the copy: the
+    tutorial's "up to twice as slow"), less when pinned copies are much faster than
+    pageable ones. With many tensors the pipeline hides part of the pinning, so the
+    slowdown shrinks.
+    """
+    plain = strategy_time_s("pageable", n_tensors, tensor_bytes, costs)
+    return strategy_time_s("pin_then_copy_nb", n_tensors, tensor_bytes, costs) / plain
+
+
+def training_loop_s(n_batches: int, copy_s: float, compute_s: float, *, overlapped: bool) -> float:
+    """Seconds for ``n_batches`` of copy-then-compute, with or without overlap.
+
+    * not overlapped: ``n (copy + compute)``: each copy waits for the previous compute;
+    * overlapped (pinned batches, ``non_blocking`` copies on a stream of their own, the
+      next batch's copy issued before this batch's compute):
+      ``n max(copy, compute) + min(copy, compute)``: the slower engine sets the pace,
+      and the first copy (or the last compute) cannot be hidden.
+
+    Waits for the device (``sync_s``) are left out; :func:`feedgpu.simdevice.simulate_training`
+    counts them.
+
+    Raises:
+        ValueError: ``n_batches`` < 1 or a negative time.
+    """
+    _check_count("n_batches", n_batches)
+    _check_finite("copy_s", copy_s)
+    _check_finite("compute_s", compute_s)
+    n = int(n_batches)
+    if not overlapped:
+        return n * (copy_s + compute_s)
+    return n * max(copy_s, compute_s) + min(copy_s, compute_s)
+
+
+@dataclass(frozen=True)
+class CostFit:
+    """What :func:`fit_linear_cost` found.
+
+    Attributes:
+        cost: the fitted latency and bandwidth.
+        nbytes: the sizes fitted, as given.
+        seconds: the times fitted, as given.
+        residuals_s: per point, measured minus fitted seconds.
+        relative: whether the fit minimised relative (True) or absolute errors.
+    """
+
+    cost: LinearCost
+    nbytes: tuple[float, ...]
+    seconds: tuple[float, ...]
+    residuals_s: tuple[float, ...]
+    relative: bool
+
+    @property
+    def relative_residuals(self) -> tuple[float, ...]:
+        """Per point, (measured - fitted) / measured."""
+        return tuple(r / t for r, t in zip(self.residuals_s, self.seconds))
+
+
+def fit_linear_cost(nbytes: Sequence[float], seconds: Sequence[float], *,
+                    relative: bool = True) -> CostFit:
+    """Fit ``seconds = latency_s + nbytes / bytes_per_s`` by least squares (numpy).
+
+    Timings over sizes from kilobytes to a gigabyte span many orders of magnitude, and
+    their errors grow with the time, so by default each point is weighted by
+    ``1 / seconds``: the fit minimises the *relative* errors, and the small sizes (which
+    fix the latency) count as much as the large ones (which fix the bandwidth). Pass
+    ``relative=False`` for ordinary least squares. A latency below zero has no meaning;
+    when the unconstrained fit gives one (noise at small sizes), the line is refitted
+    through the origin, which is the least-squares answer under ``latency_s >= 0``.
+
+    Args:
+        nbytes: the sizes, in bytes (at least two different ones).
+        seconds: the measured time of each, > 0.
+
+    Returns:
+        A :class:`CostFit`.
+
+    Raises:
+        ValueError: lengths differ, fewer than two distinct sizes, a time that is not
+            > 0 and finite, or times that do not grow with size (no bandwidth to fit).
+    """
+    x = np.asarray(nbytes, dtype=float).ravel()
+    y = np.asarray(seconds, dtype=float).ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"{x.size} sizes but {y.size} times: give one time per size")
+    if not (np.all(np.isfinite(x)) and np.all(x >= 0)):
+        raise ValueError(f"sizes must be finite numbers >= 0, got {list(x)}")
+    if not (np.all(np.isfinite(y)) and np.all(y > 0)):
+        raise ValueError(f"times must be finite numbers > 0, got {list(y)}")
+    if np.unique(x).size < 2:
+        raise ValueError(f"need at least two different sizes to fit a latency and a bandwidth, got {list(x)}")
+    w = 1.0 / y if relative else np.ones_like(y)
+    design = np.column_stack([np.ones_like(x), x]) * w[:, None]
+    (latency, per_byte), *_ = np.linalg.lstsq(design, y * w, rcond=None)
+    if latency < 0:
+        logger.debug("fit: latency %.3g s < 0, refitting through the origin", latency)
+        latency = 0.0
+        per_byte = float(np.sum(w * w * x * y) / np.sum(w * w * x * x))
+    if not per_byte > 0:
+        raise ValueError("the times do not grow with the size, so no bandwidth can be fitted: "
+                         f"sizes {list(x)}, times {list(y)}; measure over a wider range of sizes")
+    cost = LinearCost(float(latency), 1.0 / float(per_byte))
+    residuals = tuple(float(t - cost.time_s(b)) for b, t in zip(x, y))
+    return CostFit(cost, tuple(float(v) for v in x), tuple(float(v) for v in y), residuals, relative)

@@ -1,0 +1,479 @@
+"""Pinned memory, measured: what ``pin_memory=True`` does here, and copies to a real GPU.
+
+Two kinds of instrument:
+
+* **on any machine**: :func:`pin_memory_report` runs a tiny DataLoader with
+  ``pin_memory=True`` and reports what PyTorch said and did. Without an accelerator it
+  warns, and its batches are *not* pinned: the option is silently a no-op, and so is
+  the pin thread it would start. :func:`has_cuda` and :func:`cuda_skip_reason` tell a
+  notebook whether the GPU cells can run.
+* **with a CUDA GPU**: the copy model's parameters (:func:`measure_copy_costs`: pageable
+  and pinned host-to-device bandwidth, timed with CUDA events, and the cost of
+  ``pin_memory()``), the tutorial's six strategies (:func:`measure_strategies`), the
+  unsynchronised timing mistake (:func:`measure_copy_timing_readings`) and a training
+  loop with and without copy/compute overlap on two streams (:func:`measure_training`).
+  Without a GPU each of them raises :class:`NoCudaError` at once, with a message saying
+  so, and a notebook skips the cell::
+
+      reason = cuda_skip_reason()
+      if reason:
+          print("skipped:", reason)
+      else:
+          measured = measure_copy_costs()
+
+Every GPU timing here synchronises before reading a clock: the clock of a host that has
+only *enqueued* work says nothing about the work (:func:`measure_copy_timing_readings`
+shows by how much).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from ..copies import STRATEGIES, CopyCosts, CostFit, fit_linear_cost
+from ..simdevice import TimingReadings
+
+__all__ = [
+    "NoCudaError",
+    "has_cuda",
+    "cuda_skip_reason",
+    "is_pinned",
+    "PinReport",
+    "pin_memory_report",
+    "DEFAULT_SIZES",
+    "measure_copy_seconds",
+    "measure_pin_seconds",
+    "measure_sync_s",
+    "CostMeasurement",
+    "measure_copy_costs",
+    "measure_strategies",
+    "measure_copy_timing_readings",
+    "measure_compute_s",
+    "measure_training",
+]
+
+
+logger = logging.getLogger(__name__)
+
+
+class NoCudaError(RuntimeError):
+    """A GPU measurement was asked for on a machine where ``torch.cuda.is_available()`` is False."""
+
+
+def has_cuda() -> bool:
+    """Whether a CUDA GPU can be used here (``torch.cuda.is_available()``; False if asking fails)."""
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception as err:  # a broken driver install raises instead of answering
+        logger.debug("torch.cuda.is_available() failed: %s", err)
+        return False
+
+
+def cuda_skip_reason() -> str | None:
+    """None when a CUDA GPU is available; otherwise why the GPU measurements cannot run."""
+    if has_cuda():
+        return None
+    built = torch.version.cuda
+    if built is None:
+        return ("no CUDA GPU: this PyTorch is a CPU-only build, so the GPU measurements are "
+                "skipped (the copy model and the simulated device still run)")
+    return (f"no CUDA GPU: this PyTorch is built for CUDA {built} but torch.cuda.is_available() "
+            "is False (no GPU or no driver), so the GPU measurements are skipped (the copy "
+            "model and the simulated device still run)")
+
+
+def _require_cuda(what: str) -> None:
+    reason = cuda_skip_reason()
+    if reason is not None:
+        raise NoCudaError(f"{what} needs a CUDA GPU; {reason}")
+
+
+def _accelerator_available() -> bool:
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    if accelerator is not None:
+        return bool(accelerator.is_available())
+    return has_cuda()
+
+
+def is_pinned(tensor: torch.Tensor) -> bool | None:
+    """``tensor.is_pinned()``, or None when PyTorch cannot tell on this machine (the call
+    raised: some builds need a CUDA driver to answer). Warnings it gives are logged."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            answer: bool | None = bool(tensor.is_pinned())
+        except RuntimeError as err:
+            logger.debug("is_pinned() raised: %s", err)
+            answer = None
+    for w in caught:
+        logger.debug("is_pinned() warned: %s", w.message)
+    return answer
+
+
+@dataclass
+class PinReport:
+    """What :func:`pin_memory_report` saw.
+
+    Attributes:
+        accelerator: whether PyTorch found an accelerator (``torch.accelerator.is_available()``).
+        warnings: the messages of the warnings PyTorch gave while the loader ran.
+        batch_pinned: whether the loader's batch is in pinned memory; None if PyTorch
+            could not tell (``is_pinned()`` raised).
+        pin_error: what ``tensor.pin_memory()``, called by hand, raised (``"Type: message"``);
+            None if it worked.
+    """
+
+    accelerator: bool
+    warnings: list[str]
+    batch_pinned: bool | None
+    pin_error: str | None
+
+
+def pin_memory_report(*, num_workers: int = 0, batch_size: int = 4) -> PinReport:
+    """Run a DataLoader with ``pin_memory=True`` over 8 tiny items and report what happened.
+
+    Without an accelerator PyTorch warns (``'pin_memory' argument is set as true but no
+    accelerator is found ...``) and hands out pageable batches: ``batch_pinned`` is False.
+    Calling ``tensor.pin_memory()`` by hand is then an error, kept in ``pin_error``. With
+    a GPU there is no warning and the batch is pinned.
+
+    Args:
+        num_workers: the loader's workers (0: the main process loads, and pins if it can).
+        batch_size: items per batch (the first batch is the one checked).
+
+    Returns:
+        A :class:`PinReport`.
+    """
+    dataset = TensorDataset(torch.arange(8 * 3, dtype=torch.float32).reshape(8, 3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # a warning shown before would otherwise be dropped
+        loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=True)
+        (batch,) = next(iter(loader))
+    pin_error = None
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        try:
+            torch.zeros(4).pin_memory()
+        except Exception as err:  # the type varies with the build: report whatever it is
+            pin_error = f"{type(err).__name__}: {err}"
+    return PinReport(
+        accelerator=_accelerator_available(),
+        warnings=[str(w.message) for w in caught],
+        batch_pinned=is_pinned(batch),
+        pin_error=pin_error,
+    )
+
+
+# ---------------------------------------------------------------------------- on a GPU
+
+#: Sizes (bytes) the copy model is fitted over: 4 KiB to 64 MiB, by factors of 4.
+DEFAULT_SIZES: tuple[int, ...] = tuple(4096 * 4**k for k in range(8))
+
+
+def _check_repeats(repeats: int, warmup: int) -> None:
+    if int(repeats) != repeats or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    if int(warmup) != warmup or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
+
+
+def _host_tensor(nbytes: int, *, pinned: bool) -> torch.Tensor:
+    """``nbytes`` bytes of host memory, written once so every page is really there."""
+    tensor = torch.empty(int(nbytes), dtype=torch.uint8, pin_memory=pinned)
+    tensor.fill_(1)
+    return tensor
+
+
+def _event_seconds(run: Callable[[], Any]) -> float:
+    """Device seconds of the work ``run`` enqueues on the current stream, by CUDA events."""
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    run()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
+
+
+def _wall_seconds(run: Callable[[], Any]) -> float:
+    """Host seconds of ``run()``, the device idle before and synchronised after."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    run()
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+def measure_copy_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, pinned: bool,
+                         repeats: int = 5, warmup: int = 2) -> list[tuple[int, float]]:
+    """Host-to-device copy time per size, from pinned or pageable memory.
+
+    Each size is copied into a preallocated device tensor (so allocation is not timed)
+    ``warmup`` times untimed, then ``repeats`` times timed with CUDA events; the median
+    is kept.
+
+    Returns:
+        ``[(nbytes, seconds), ...]`` in the order of ``sizes_bytes``, ready for
+        :func:`feedgpu.copies.fit_linear_cost`.
+
+    Raises:
+        NoCudaError: no CUDA GPU. ValueError: bad ``repeats`` or ``warmup``.
+    """
+    _require_cuda("measure_copy_seconds")
+    _check_repeats(repeats, warmup)
+    results = []
+    for nbytes in sizes_bytes:
+        src = _host_tensor(nbytes, pinned=pinned)
+        dst = torch.empty(int(nbytes), dtype=torch.uint8, device="cuda")
+        times = []
+        for k in range(int(warmup) + int(repeats)):
+            seconds = _event_seconds(lambda: dst.copy_(src, non_blocking=pinned))
+            if k >= warmup:
+                times.append(seconds)
+        results.append((int(nbytes), statistics.median(times)))
+        del src, dst
+    return results
+
+
+def measure_pin_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, repeats: int = 5,
+                        warmup: int = 2) -> list[tuple[int, float]]:
+    """Time of ``tensor.pin_memory()`` per size (host clock: pinning is host work).
+
+    The warm-up matters: the first pinning of a size asks the driver for new page-locked
+    memory (slow); PyTorch then keeps freed pinned blocks and reuses them, as a
+    DataLoader's pin thread does batch after batch. The median of ``repeats`` is kept.
+
+    Raises:
+        NoCudaError: no CUDA GPU. ValueError: bad ``repeats`` or ``warmup``.
+    """
+    _require_cuda("measure_pin_seconds")
+    _check_repeats(repeats, warmup)
+    results = []
+    for nbytes in sizes_bytes:
+        src = _host_tensor(nbytes, pinned=False)
+        times = []
+        for k in range(int(warmup) + int(repeats)):
+            start = time.perf_counter()
+            pinned = src.pin_memory()
+            seconds = time.perf_counter() - start
+            del pinned  # back to PyTorch's cache of pinned blocks, for the next repeat
+            if k >= warmup:
+                times.append(seconds)
+        results.append((int(nbytes), statistics.median(times)))
+    return results
+
+
+def measure_sync_s(repeats: int = 50) -> float:
+    """Median host seconds of ``torch.cuda.synchronize()`` on an idle device: the model's ``sync_s``.
+
+    Raises:
+        NoCudaError: no CUDA GPU.
+    """
+    _require_cuda("measure_sync_s")
+    _check_repeats(repeats, 0)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(int(repeats)):
+        start = time.perf_counter()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@dataclass
+class CostMeasurement:
+    """What :func:`measure_copy_costs` measured and fitted.
+
+    Attributes:
+        costs: the fitted model, ready for :func:`feedgpu.copies.predict_strategies`.
+        fits: ``"pageable"``, ``"pinned"`` and ``"pinning"``: each :class:`CostFit`,
+            which keeps the measured points and the residuals.
+    """
+
+    costs: CopyCosts
+    fits: dict[str, CostFit]
+
+
+def measure_copy_costs(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, repeats: int = 5,
+                       warmup: int = 2) -> CostMeasurement:
+    """Measure pageable copies, pinned copies and pinning over ``sizes_bytes``, fit each
+    with :func:`feedgpu.copies.fit_linear_cost`, and measure ``sync_s``.
+
+    Raises:
+        NoCudaError: no CUDA GPU.
+    """
+    _require_cuda("measure_copy_costs")
+    samples = {
+        "pageable": measure_copy_seconds(sizes_bytes, pinned=False, repeats=repeats, warmup=warmup),
+        "pinned": measure_copy_seconds(sizes_bytes, pinned=True, repeats=repeats, warmup=warmup),
+        "pinning": measure_pin_seconds(sizes_bytes, repeats=repeats, warmup=warmup),
+    }
+    fits = {name: fit_linear_cost([b for b, _ in points], [s for _, s in points])
+            for name, points in samples.items()}
+    costs = CopyCosts(pageable=fits["pageable"].cost, pinned=fits["pinned"].cost,
+                      pinning=fits["pinning"].cost, sync_s=measure_sync_s())
+    logger.debug("measured copy costs: %s", costs)
+    return CostMeasurement(costs, fits)
+
+
+def _strategy_runner(strategy: str, tensors: list[torch.Tensor]) -> Callable[[], Any]:
+    """The tutorial's code for ``strategy`` over ``tensors`` (pinned ones for ``pinned*``)."""
+    non_blocking = strategy.endswith("_nb")
+    pin_first = strategy.startswith("pin_then_copy")
+
+    def run() -> list[torch.Tensor]:
+        out = []
+        for t in tensors:
+            source = t.pin_memory() if pin_first else t
+            out.append(source.to("cuda", non_blocking=non_blocking))
+        if non_blocking:
+            torch.cuda.synchronize()
+        return out
+
+    return run
+
+
+def measure_strategies(n_tensors: int, tensor_bytes: int, *, repeats: int = 5,
+                       warmup: int = 2) -> dict[str, float]:
+    """Host seconds of each of :data:`feedgpu.copies.STRATEGIES`, as the tutorial times them.
+
+    ``n_tensors`` tensors of ``tensor_bytes`` each, pageable (and a pinned copy of them for
+    the ``pinned`` strategies), are sent with the strategy's code; the clock starts on an
+    idle device and stops after a final synchronisation. Median of ``repeats`` after
+    ``warmup`` untimed runs. Compare with :func:`feedgpu.copies.predict_strategies`.
+
+    Raises:
+        NoCudaError: no CUDA GPU. ValueError: bad counts.
+    """
+    _require_cuda("measure_strategies")
+    _check_repeats(repeats, warmup)
+    if int(n_tensors) != n_tensors or n_tensors < 1:
+        raise ValueError(f"n_tensors must be an integer >= 1, got {n_tensors!r}")
+    pageable = [_host_tensor(tensor_bytes, pinned=False) for _ in range(int(n_tensors))]
+    pinned = [t.pin_memory() for t in pageable]
+    results = {}
+    for strategy in STRATEGIES:
+        run = _strategy_runner(strategy, pinned if strategy.startswith("pinned") else pageable)
+        times = []
+        for k in range(int(warmup) + int(repeats)):
+            seconds = _wall_seconds(run)
+            if k >= warmup:
+                times.append(seconds)
+        results[strategy] = statistics.median(times)
+    return results
+
+
+def measure_copy_timing_readings(nbytes: int = 64 * 2**20, *, pinned: bool = True,
+                                 non_blocking: bool = True) -> TimingReadings:
+    """Time one copy of ``nbytes`` to the GPU both ways: the host clock right after
+    ``.to()`` returns (the mistake), and after ``torch.cuda.synchronize()``.
+
+    From pinned memory with ``non_blocking=True`` the first reading is the time to
+    *enqueue* the copy, a few microseconds, whatever its size. One warm-up copy first.
+
+    Raises:
+        NoCudaError: no CUDA GPU.
+    """
+    _require_cuda("measure_copy_timing_readings")
+    src = _host_tensor(nbytes, pinned=pinned)
+    src.to("cuda", non_blocking=non_blocking)  # warm-up: CUDA context, allocator
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    dst = src.to("cuda", non_blocking=non_blocking)
+    unsynchronised = time.perf_counter() - start
+    torch.cuda.synchronize()
+    synchronised = time.perf_counter() - start
+    del dst
+    return TimingReadings(unsynchronised, synchronised)
+
+
+def _compute(matrix: torch.Tensor, batch: torch.Tensor, matmuls: int) -> torch.Tensor:
+    """``matmuls`` matrix products, then one small kernel that reads the batch (so the
+    compute depends on the copy, as a model's forward pass does)."""
+    out = matrix
+    for _ in range(int(matmuls)):
+        out = matrix @ out
+    return out[0, 0] + batch[0]
+
+
+def _matrix(matrix_size: int) -> torch.Tensor:
+    # A fixed seed: the same numbers, hence the same kernels, on every call.
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    matrix = torch.rand(int(matrix_size), int(matrix_size), device="cuda", generator=generator)
+    return matrix / matrix_size  # keeps repeated products finite
+
+
+def measure_compute_s(*, matrix_size: int = 2048, matmuls: int = 4, repeats: int = 5) -> float:
+    """Device seconds of the compute that :func:`measure_training` does per batch (CUDA events).
+
+    Raises:
+        NoCudaError: no CUDA GPU.
+    """
+    _require_cuda("measure_compute_s")
+    _check_repeats(repeats, 1)
+    matrix = _matrix(matrix_size)
+    batch = torch.ones(1, device="cuda")
+    _event_seconds(lambda: _compute(matrix, batch, matmuls))  # warm-up (kernel selection)
+    return statistics.median(_event_seconds(lambda: _compute(matrix, batch, matmuls))
+                             for _ in range(int(repeats)))
+
+
+def measure_training(n_batches: int, batch_bytes: int, *, pinned: bool = False,
+                     non_blocking: bool = False, prefetch: bool = False,
+                     matrix_size: int = 2048, matmuls: int = 4) -> float:
+    """Host seconds of a real loop of ``n_batches``: copy a batch to the GPU, compute on it.
+
+    The same loop as :func:`feedgpu.simdevice.simulate_training`, with the same options:
+
+    * ``pinned``: the host batch is pinned (as ``DataLoader(pin_memory=True)`` delivers it);
+    * ``non_blocking``: ``.to("cuda", non_blocking=True)``;
+    * ``prefetch``: the copies run on a second ``torch.cuda.Stream`` and the next batch's
+      copy is issued before this batch's compute; the compute stream waits for the copy
+      stream (``wait_stream``) before using a batch, and ``record_stream`` tells the
+      allocator the batch is used there.
+
+    The compute is :func:`measure_compute_s`'s. One untimed run first; the clock starts
+    on an idle device and stops after ``torch.cuda.synchronize()``.
+
+    Raises:
+        NoCudaError: no CUDA GPU. ValueError: ``n_batches`` < 1.
+    """
+    _require_cuda("measure_training")
+    if int(n_batches) != n_batches or n_batches < 1:
+        raise ValueError(f"n_batches must be an integer >= 1, got {n_batches!r}")
+    src = _host_tensor(batch_bytes, pinned=pinned)  # every batch is a copy of it
+    matrix = _matrix(matrix_size)
+    main = torch.cuda.current_stream()
+    side = torch.cuda.Stream()
+
+    def load() -> torch.Tensor:
+        if not prefetch:
+            return src.to("cuda", non_blocking=non_blocking)
+        with torch.cuda.stream(side):
+            return src.to("cuda", non_blocking=non_blocking)
+
+    def loop() -> None:
+        if not prefetch:
+            for _ in range(int(n_batches)):
+                _compute(matrix, load(), matmuls)
+            return
+        ahead = load()
+        for k in range(int(n_batches)):
+            main.wait_stream(side)  # the batch about to be used is on the device
+            current = ahead
+            current.record_stream(main)
+            if k + 1 < n_batches:
+                ahead = load()
+            _compute(matrix, current, matmuls)
+
+    _wall_seconds(loop)  # warm-up: allocator, kernel selection
+    return _wall_seconds(loop)

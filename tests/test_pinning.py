@@ -1,0 +1,164 @@
+"""Tests for feedgpu.measure.pinning: pin_memory without an accelerator, and the GPU instruments.
+
+Without a GPU (this machine, most students' machines) the GPU functions must refuse at
+once with :class:`NoCudaError`; with one, the last tests check the copy model's
+predictions against measurement, within 25%. No test compares a raw time with a fixed
+number: measured times are only compared with the model's predictions.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from feedgpu.copies import predict_strategies
+from feedgpu.measure.pinning import (NoCudaError, PinReport, cuda_skip_reason, has_cuda, is_pinned,
+                                     measure_compute_s, measure_copy_costs, measure_copy_seconds,
+                                     measure_copy_timing_readings, measure_pin_seconds,
+                                     measure_strategies, measure_sync_s, measure_training,
+                                     pin_memory_report)
+from feedgpu.simdevice import simulate_training
+
+pytestmark = pytest.mark.unit
+
+CUDA = torch.cuda.is_available()
+ACCELERATOR = torch.accelerator.is_available() if hasattr(torch, "accelerator") else CUDA
+MIB = 2**20
+
+
+def test_has_cuda_and_skip_reason_agree_with_torch():
+    """has_cuda() is torch.cuda.is_available(); a skip reason is given exactly when there is no GPU."""
+    assert has_cuda() == CUDA, f"has_cuda() says {has_cuda()}, torch says {CUDA}"
+    reason = cuda_skip_reason()
+    assert (reason is None) == CUDA, f"skip reason {reason!r} with CUDA available={CUDA}"
+    if reason is not None:
+        assert "no CUDA GPU" in reason and "skipped" in reason, (
+            f"the reason should say what is skipped: {reason!r}")
+
+
+@pytest.mark.skipif(ACCELERATOR, reason="checks what pin_memory=True does without an accelerator")
+def test_pin_memory_without_accelerator_pins_nothing():
+    """Without an accelerator, pin_memory=True warns, hands out unpinned batches, and pin_memory() fails."""
+    report = pin_memory_report()
+    assert isinstance(report, PinReport), f"expected a PinReport, got {type(report).__name__}"
+    assert report.accelerator is False, "this machine has no accelerator"
+    assert any("no accelerator" in message for message in report.warnings), (
+        f"PyTorch's warning should be captured, got {report.warnings}")
+    assert report.batch_pinned is not True, f"the batch must not be pinned here, got {report.batch_pinned}"
+    assert report.pin_error is not None, "calling pin_memory() by hand without an accelerator should fail"
+
+
+@pytest.mark.skipif(ACCELERATOR, reason="checks what pin_memory=True does without an accelerator")
+def test_pin_memory_report_captures_the_warning_every_time():
+    """A second report still sees the warning (the 'shown once' filter does not hide it)."""
+    first, second = pin_memory_report(), pin_memory_report()
+    assert first.warnings == second.warnings and second.warnings, (
+        f"both reports should hold the same warning: {first.warnings} / {second.warnings}")
+
+
+def test_is_pinned_survives_a_pytorch_that_cannot_tell():
+    """is_pinned() gives None when the tensor's is_pinned() raises, and swallows its warnings."""
+
+    class Raises:
+        def is_pinned(self):
+            raise RuntimeError("Found no NVIDIA driver on your system")
+
+    class Warns:
+        def is_pinned(self):
+            warnings.warn("is_pinned is deprecated here", UserWarning)
+            return False
+
+    assert is_pinned(Raises()) is None, "a raising is_pinned() should give None"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning that escaped would fail the test
+        assert is_pinned(Warns()) is False, "a warning should not change the answer"
+    assert is_pinned(torch.zeros(3)) is False, "an ordinary CPU tensor is not pinned"
+
+
+GPU_CALLS = {
+    "measure_copy_seconds": lambda: measure_copy_seconds([MIB], pinned=True),
+    "measure_pin_seconds": lambda: measure_pin_seconds([MIB]),
+    "measure_sync_s": lambda: measure_sync_s(),
+    "measure_copy_costs": lambda: measure_copy_costs([MIB, 4 * MIB]),
+    "measure_strategies": lambda: measure_strategies(2, MIB),
+    "measure_copy_timing_readings": lambda: measure_copy_timing_readings(MIB),
+    "measure_compute_s": lambda: measure_compute_s(),
+    "measure_training": lambda: measure_training(2, MIB),
+}
+
+
+@pytest.mark.skipif(CUDA, reason="checks that the GPU measurements skip without a GPU")
+@pytest.mark.parametrize("name", sorted(GPU_CALLS))
+def test_gpu_measurements_skip_cleanly_without_cuda(name):
+    """Each GPU measurement raises NoCudaError naming itself and saying there is no GPU."""
+    with pytest.raises(NoCudaError) as caught:
+        GPU_CALLS[name]()
+    message = str(caught.value)
+    assert name in message and "no CUDA GPU" in message, f"unclear skip message: {message!r}"
+    assert isinstance(caught.value, RuntimeError), "NoCudaError should be a RuntimeError"
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+
+def within(predicted: float, measured: float, tolerance: float = 0.25) -> bool:
+    return abs(predicted - measured) <= tolerance * measured
+
+
+@pytest.fixture(scope="module")
+def measured_costs():
+    return measure_copy_costs()
+
+
+@needs_cuda
+def test_gpu_pin_memory_report_pins():
+    """With a GPU, pin_memory=True gives pinned batches and no warning about accelerators."""
+    report = pin_memory_report()
+    assert report.batch_pinned is True, f"with a GPU the batch should be pinned: {report}"
+    assert report.pin_error is None, f"pin_memory() should work with a GPU: {report.pin_error}"
+
+
+@needs_cuda
+def test_gpu_model_predicts_a_copy_it_was_not_fitted_on(measured_costs):
+    """The fitted model predicts a 48 MiB copy, pinned and pageable, within 25%."""
+    size = 48 * MIB  # between the fitted sizes, not one of them
+    for pinned in (True, False):
+        [(_, measured)] = measure_copy_seconds([size], pinned=pinned)
+        predicted = measured_costs.costs.copy_s(size, pinned=pinned)
+        assert within(predicted, measured), (
+            f"pinned={pinned}: predicted {predicted:.5f} s, measured {measured:.5f} s")
+
+
+@needs_cuda
+def test_gpu_model_predicts_the_six_strategies(measured_costs):
+    """The six strategies for 4 tensors of 32 MiB, predicted within 25% of measurement."""
+    measured = measure_strategies(4, 32 * MIB)
+    predicted = predict_strategies(4, 32 * MIB, measured_costs.costs)
+    for name in predicted:
+        assert within(predicted[name], measured[name]), (
+            f"{name}: predicted {predicted[name]:.5f} s, measured {measured[name]:.5f} s")
+
+
+@needs_cuda
+def test_gpu_unsynchronised_reading_is_too_small():
+    """Reading the clock before synchronising misses most of a 64 MiB pinned non_blocking copy."""
+    readings = measure_copy_timing_readings(64 * MIB)
+    assert readings.unsynchronised_s < readings.synchronised_s / 2, f"the mistake should show: {readings}"
+
+
+@needs_cuda
+@pytest.mark.parametrize("pinned, non_blocking, prefetch", [(False, False, False), (True, True, False),
+                                                            (True, True, True)])
+def test_gpu_training_loop_matches_the_simulation(measured_costs, pinned, non_blocking, prefetch):
+    """A real copy-then-compute loop takes what the simulated device predicts, within 25%."""
+    compute_s = measure_compute_s()
+    measured = measure_training(8, 32 * MIB, pinned=pinned, non_blocking=non_blocking, prefetch=prefetch)
+    predicted = simulate_training(8, 32 * MIB, compute_s, measured_costs.costs, pinned=pinned,
+                                  non_blocking=non_blocking, prefetch=prefetch).total_s
+    assert within(predicted, measured), (
+        f"pinned={pinned}, non_blocking={non_blocking}, prefetch={prefetch}: "
+        f"predicted {predicted:.5f} s, measured {measured:.5f} s")
