@@ -12,8 +12,9 @@ REAL        := $(DATA_HOME)/lfw-real/.complete
 SUBMISSIONS ?= submitted
 PYTEST_ARGS ?=
 LAB_ARGS    ?=
+STORE_ARGS  ?=
 
-.PHONY: help lab venv data release grade test test-quick bench clean clean-data distclean
+.PHONY: help lab venv data objectstore release grade test test-quick bench clean clean-data distclean
 
 # List the targets.
 help:
@@ -45,6 +46,10 @@ $(SYNTHETIC): | $(STAMP)
 $(REAL): | $(STAMP)
 	$(PY) lfw_dataset.py -prepare real
 
+# Serve the LFW tree from a local S3 object store until Ctrl-C (e.g. STORE_ARGS="--latency-ms 50").
+objectstore: $(STAMP) $(if $(filter real,$(LFW)),$(REAL),$(SYNTHETIC))
+	$(PY) -m feedgpu.objectstore --root $(DATA_HOME)/lfw-$(LFW) $(STORE_ARGS)
+
 # Regenerate the student release notebooks/ from solutions/ with nbgrader.
 release: $(STAMP)
 	$(VENV)/bin/feedgpu-release
@@ -59,7 +64,7 @@ test: $(STAMP) $(SYNTHETIC)
 
 # Run the quick tests only (skips notebooks and nbgrader).
 test-quick: $(STAMP) $(SYNTHETIC)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m unit $(PYTEST_ARGS)
 
 # Measure the course's figures; prints a table and writes build/bench.json.
 bench: $(STAMP) $(SYNTHETIC)
