@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .checks import check_int, check_number, check_seconds
+
 __all__ = [
     "steady_state_time_per_batch",
     "bottleneck_stage",
@@ -45,11 +47,9 @@ BALANCE_TOLERANCE = 0.05
 
 
 def _check_costs(num_workers: int, load_s: float, step_s: float, transfer_s: float) -> None:
-    if int(num_workers) != num_workers or num_workers < 0:
-        raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
+    check_int("num_workers", num_workers)
     for name, value in (("load_s", load_s), ("step_s", step_s), ("transfer_s", transfer_s)):
-        if not (value >= 0 and math.isfinite(value)):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        check_seconds(name, value)
 
 
 def _stage_times(
@@ -99,6 +99,7 @@ def steady_state_time_per_batch(
     Raises:
         ValueError: if ``num_workers`` is negative or not whole, or a cost is negative
             or not finite.
+        TypeError: if an argument is not a number (see :mod:`feedgpu.checks`).
 
     Example: the Stack Overflow experiment (0.4 s to load, 0.05 s step) predicts 0.45,
     0.2, 0.1, 0.067 and 0.05 s per batch for 0, 2, 4, 6 and 8 workers.
@@ -456,17 +457,14 @@ def simulate(
     Raises:
         ValueError: for a negative or non-finite cost, ``num_workers < 0``,
             ``prefetch_factor < 1``, ``n_batches < 1`` or ``load_jitter < 0``.
+        TypeError: if an argument is not a number.
     """
     _check_costs(num_workers, load_s, step_s, transfer_s)
-    if int(prefetch_factor) != prefetch_factor or prefetch_factor < 1:
-        raise ValueError(f"prefetch_factor must be an integer >= 1, got {prefetch_factor!r}")
-    if int(n_batches) != n_batches or n_batches < 1:
-        raise ValueError(f"n_batches must be an integer >= 1, got {n_batches!r}")
-    if not (load_jitter >= 0 and math.isfinite(load_jitter)):
-        raise ValueError(f"load_jitter must be a finite number >= 0, got {load_jitter!r}")
-    if not (startup_s >= 0 and math.isfinite(startup_s)):
-        raise ValueError(f"startup_s must be a finite number >= 0, got {startup_s!r}")
-    num_workers, prefetch_factor, n_batches = int(num_workers), int(prefetch_factor), int(n_batches)
+    num_workers = check_int("num_workers", num_workers)
+    prefetch_factor = check_int("prefetch_factor", prefetch_factor, minimum=1)
+    n_batches = check_int("n_batches", n_batches, minimum=1)
+    load_jitter = check_number("load_jitter", load_jitter)
+    startup_s = check_seconds("startup_s", startup_s)
 
     loads = draw_load_times(n_batches, load_s, load_jitter, seed)
     if num_workers == 0:

@@ -8,7 +8,10 @@ in Jupyter, in a script that saves the figure, and in tests with the Agg backend
 * the overlap of loading and stepping: :func:`plot_overlap_timeline`;
 * timings: :func:`bar_with_error`, :func:`plot_timings`, :func:`plot_waits`, :func:`plot_sweep`;
 * where an image's time goes: :func:`plot_stages`;
-* the pipeline model against measurement: :func:`plot_model_vs_measured`.
+* the pipeline model against measurement: :func:`plot_model_vs_measured`;
+* memory over time: :func:`plot_memory`;
+* copies to the device: :func:`plot_device_timeline`, :func:`plot_copy_strategies`,
+  :func:`plot_copy_fit`, :func:`plot_pin_slowdown`.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .checks import check_int, check_seconds
+from .copies import STRATEGIES, CopyCosts, CostFit, pin_then_copy_slowdown
 from .measure.stages import STAGES
 from .measure.timing import LoaderTiming
 from .model import simulate, steady_state_time_per_batch
+from .simdevice import ENGINES, Span
 
 __all__ = [
     "show_faces",
@@ -33,6 +39,11 @@ __all__ = [
     "STAGE_COLORS",
     "plot_stages",
     "plot_model_vs_measured",
+    "ENGINE_COLORS",
+    "plot_device_timeline",
+    "plot_copy_strategies",
+    "plot_copy_fit",
+    "plot_pin_slowdown",
 ]
 
 
@@ -181,20 +192,18 @@ def _schedule(load_s: float, step_s: float, n_steps: int, overlapped: bool) -> d
     starts loading batch k + 1 when step k takes batch k (it may run ahead by one batch);
     step k starts when batch k is loaded and step k - 1 is done.
     """
-    if load_s < 0 or step_s < 0:
-        raise ValueError(f"times must be >= 0, got load_s={load_s!r}, step_s={step_s!r}")
-    if int(n_steps) != n_steps or n_steps < 1:
-        raise ValueError(f"n_steps must be a positive integer, got {n_steps!r}")
+    load_s, step_s = check_seconds("load_s", load_s), check_seconds("step_s", step_s)
+    n_steps = check_int("n_steps", n_steps, minimum=1)
     loads, steps = [], []
     if not overlapped:
         t = 0.0
-        for _ in range(int(n_steps)):
+        for _ in range(n_steps):
             loads.append(t)
             steps.append(t + load_s)
             t += load_s + step_s
         return {"load": loads, "step": steps, "total": t}
     load_start, step_end = 0.0, 0.0
-    for _ in range(int(n_steps)):
+    for _ in range(n_steps):
         loads.append(load_start)
         start = max(load_start + load_s, step_end)
         steps.append(start)
@@ -592,12 +601,13 @@ def plot_model_vs_measured(
         The matplotlib Axes.
 
     Raises:
-        ValueError: if ``num_workers`` and ``measured_s`` differ in length.
+        ValueError: if ``num_workers`` and ``measured_s`` differ in length, or a worker
+            count is not a whole number >= 0.
     """
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    workers = [int(w) for w in num_workers]
+    workers = [check_int("num_workers", w) for w in num_workers]
     measured = [float(m) for m in measured_s]
     if len(workers) != len(measured):
         raise ValueError(
@@ -648,4 +658,242 @@ def plot_model_vs_measured(
     ax.legend(fontsize="small")
     if title:
         ax.set_title(title)
+    return ax
+
+
+# Line styles by a process's role in a memory table (see feedgpu.measure.memory).
+_ROLE_STYLES = {"main": "-", "worker": "--", "other": ":"}
+
+
+def plot_memory(table: Any, metric: str = "pss", ax: Any = None, *, title: str | None = None) -> Any:
+    """Plot one memory number of every process over time, one line per process.
+
+    Args:
+        table: a :meth:`feedgpu.measure.memory.MemoryProbe.table` (columns ``process``,
+            ``role``, ``time_s`` and ``rss_mb``, ``uss_mb``, ``pss_mb``).
+        metric: ``"rss"``, ``"uss"`` or ``"pss"`` (or the column name, ``"pss_mb"``).
+        ax: a matplotlib Axes to draw on; a new figure is made when None.
+        title: an optional title.
+
+    Returns:
+        The matplotlib Axes; each line is labelled ``"<role> <pid>"`` (solid for the main
+        process, dashed for workers, dotted for other processes).
+
+    Raises:
+        ValueError: an unknown metric, or one the table has no values of (no PSS on macOS
+            or Windows: plot ``"rss"`` or ``"uss"`` there).
+    """
+    import matplotlib.pyplot as plt
+
+    name = metric[:-3] if metric.endswith("_mb") else metric
+    if name not in ("rss", "uss", "pss"):
+        raise ValueError(f"metric must be 'rss', 'uss' or 'pss', got {metric!r}")
+    column = f"{name}_mb"
+    rows = table.dropna(subset=[column])
+    if rows.empty:
+        raise ValueError(f"the table has no {name.upper()} values (not readable on this platform, or "
+                         "not asked for with kinds=...): plot metric='rss' instead")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.5), layout="constrained")
+    order = {"main": 0, "worker": 1, "other": 2}
+    groups = sorted(rows.groupby("process"), key=lambda g: (order.get(g[1]["role"].iloc[-1], 3), g[0]))
+    for pid, samples in groups:
+        samples = samples.sort_values("time_s", kind="stable")
+        role = samples["role"].iloc[-1]
+        ax.plot(samples["time_s"], samples[column], linestyle=_ROLE_STYLES.get(role, "-."),
+                marker=".", label=f"{role} {pid}")
+    ax.set_xlabel("time since the probe started (s)")
+    ax.set_ylabel(f"{name.upper()} (MB)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", title="process")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+__all__.append("plot_memory")
+
+
+# --------------------------------------------------------------------------- copies to the device
+
+
+#: Colours of the simulated device's spans: host work, host waits, copies, kernels.
+ENGINE_COLORS = {"pin": "tab:orange", "host": "tab:orange", "wait": "lightgrey",
+                 "copy": "tab:purple", "compute": "tab:green"}
+
+
+def _span_color(span: Span) -> str:
+    if span.engine == "host":
+        return ENGINE_COLORS["wait"] if span.op.startswith(("wait", "synchronize")) else ENGINE_COLORS["host"]
+    return ENGINE_COLORS[span.engine]
+
+
+def plot_device_timeline(timeline: Sequence[Span], ax: Any = None, *, total_s: float | None = None,
+                         title: str | None = None, unit: str = "ms"):
+    """Draw a simulated device's timeline: one lane per engine (host, copy, compute).
+
+    Host work (pinning) is orange, host waits grey, copies purple, kernels green; each
+    bar carries the last word of its op (``b3``, ``t0``) when it is wide enough.
+
+    Args:
+        timeline: the spans, e.g. ``simulate_training(...).timeline``.
+        ax: the Axes to draw on; a new figure when ``None``.
+        total_s: when given, a dashed line and a label mark it (``SimRun.total_s``).
+        title: the title; none when ``None``.
+        unit: ``"ms"`` or ``"s"`` on the time axis.
+
+    Returns:
+        The Axes.
+
+    Raises:
+        ValueError: an empty timeline or an unknown unit.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    if not timeline:
+        raise ValueError("the timeline is empty: nothing to draw")
+    scale = {"ms": 1e3, "s": 1.0}.get(unit)
+    if scale is None:
+        raise ValueError(f"unit must be 'ms' or 's', got {unit!r}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 2.6))
+    end = max(s.end_s for s in timeline) if total_s is None else max(total_s, *(s.end_s for s in timeline))
+    lanes = list(ENGINES)
+    for span in timeline:
+        y = len(lanes) - 1 - lanes.index(span.engine)
+        width = (span.end_s - span.start_s) * scale
+        ax.broken_barh([(span.start_s * scale, width)], (y - 0.4, 0.8),
+                       facecolors=_span_color(span), edgecolors="white", linewidth=0.5)
+        if width > 0.04 * end * scale and not span.op.startswith("synchronize"):
+            ax.text(span.start_s * scale + width / 2, y, span.op.split()[-1].strip("()"),
+                    ha="center", va="center", fontsize=7)
+    if total_s is not None:
+        ax.axvline(total_s * scale, color="grey", linestyle="--", linewidth=1)
+        ax.text(total_s * scale, len(lanes) - 0.5, f" total {total_s * scale:.3g} {unit}",
+                va="bottom", ha="right", fontsize=8)
+    ax.set_yticks(range(len(lanes)))
+    ax.set_yticklabels(list(reversed(lanes)))
+    ax.set_ylim(-0.6, len(lanes) - 0.2)
+    ax.set_xlim(0, end * scale * 1.02 or 1.0)
+    ax.set_xlabel(f"time ({unit})")
+    ax.legend(handles=[Patch(color=ENGINE_COLORS["host"], label="host work (pin)"),
+                       Patch(color=ENGINE_COLORS["wait"], label="host waits"),
+                       Patch(color=ENGINE_COLORS["copy"], label="copy to device"),
+                       Patch(color=ENGINE_COLORS["compute"], label="compute")],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_copy_strategies(predicted: Mapping[str, float], measured: Mapping[str, float] | None = None,
+                         ax: Any = None, *, title: str | None = None):
+    """Horizontal bars of the six copy strategies' times (ms), labelled with their code.
+
+    Each bar says how many times a plain ``t.to(device)`` it takes (``"pageable"`` must
+    be among them). Measured times, when given, are black dots on the bars.
+
+    Args:
+        predicted: strategy name -> seconds (:func:`feedgpu.copies.predict_strategies`).
+        measured: the same for measurements (:func:`feedgpu.measure.pinning.measure_strategies`).
+        ax: the Axes to draw on; a new figure when ``None``.
+        title: the title.
+
+    Returns:
+        The Axes.
+
+    Raises:
+        KeyError: an unknown strategy, or no ``"pageable"`` to compare with.
+    """
+    import matplotlib.pyplot as plt
+
+    names = list(predicted)
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown:
+        raise KeyError(f"unknown strategies {unknown}; known: {list(STRATEGIES)}")
+    if "pageable" not in predicted:
+        raise KeyError("predicted needs 'pageable' (plain t.to(device)) to compare with")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.45 * len(names) + 1.2))
+    ys = list(range(len(names)))[::-1]
+    plain = predicted["pageable"]
+    values = [predicted[n] * 1e3 for n in names]
+    colors = ["tab:orange" if n.startswith("pin_then") else "tab:blue" if n.startswith("pageable")
+              else "tab:green" for n in names]
+    ax.barh(ys, values, color=colors, alpha=0.7, label="model")
+    for y, name, value in zip(ys, names, values):
+        right = max(value, (measured or {}).get(name, 0.0) * 1e3)
+        ax.text(right, y, f"  {predicted[name] / plain:.2f}x", va="center", fontsize=8)
+    if measured is not None:
+        ax.scatter([measured[n] * 1e3 for n in names if n in measured],
+                   [y for y, n in zip(ys, names) if n in measured],
+                   color="black", zorder=3, s=18, label="measured")
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_yticks(ys)
+    ax.set_yticklabels([STRATEGIES[n] for n in names], fontfamily="monospace", fontsize=8)
+    ax.set_xlabel("time (ms)")
+    ax.set_xlim(0, max(values + [m * 1e3 for m in (measured or {}).values()]) * 1.18)
+    ax.set_title(title if title is not None else "sending tensors to the device: x = times a plain .to()")
+    ax.grid(axis="x", alpha=0.3)
+    return ax
+
+
+def plot_copy_fit(fit: CostFit, ax: Any = None, *, label: str = "copy", color: str | None = None):
+    """The measured (bytes, seconds) points of a :class:`~feedgpu.copies.CostFit` and its
+    fitted line, on log-log axes; call again with the same ``ax`` to compare fits
+    (pageable, pinned, pinning).
+
+    Returns:
+        The Axes.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4))
+    sizes = np.asarray(fit.nbytes, dtype=float)
+    lo, hi = max(sizes.min(), 1.0), sizes.max()
+    grid = np.geomspace(lo, hi, 100)
+    cost = fit.cost
+    points = ax.scatter(sizes, fit.seconds, s=14, color=color, zorder=3)
+    ax.plot(grid, [cost.time_s(b) for b in grid], color=points.get_facecolor()[0],
+            label=f"{label}: {cost.latency_s * 1e6:.1f} us + bytes / {cost.bytes_per_s / 1e9:.2f} GB/s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("bytes")
+    ax.set_ylabel("seconds")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    return ax
+
+
+def plot_pin_slowdown(costs: CopyCosts | None = None, sizes_bytes: Sequence[float] | None = None,
+                      n_tensors: Sequence[int] = (1, 4, 16), ax: Any = None):
+    """How many times slower ``t.pin_memory().to(device, non_blocking=True)`` is than
+    ``t.to(device)``, against the tensor's size, one line per number of tensors.
+
+    Lines at 1 (no difference) and 2 (the tutorial's "up to twice as slow").
+
+    Returns:
+        The Axes.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    costs = CopyCosts() if costs is None else costs
+    sizes = np.geomspace(1e3, 1e9, 61) if sizes_bytes is None else np.asarray(sizes_bytes, dtype=float)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4))
+    for n in n_tensors:
+        ax.plot(sizes, [pin_then_copy_slowdown(b, costs, n) for b in sizes], label=f"{n} tensor(s)")
+    ax.axhline(1.0, color="grey", linewidth=1)
+    ax.axhline(2.0, color="tab:red", linestyle="--", linewidth=1, label="twice as slow")
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes per tensor")
+    ax.set_ylabel("pin_memory().to(nb) / to()")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
     return ax

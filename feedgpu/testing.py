@@ -24,7 +24,12 @@ def standing_in(namespace: MutableMapping[str, Any], **references: Any) -> Itera
     """Bind ``references`` in ``namespace`` (a notebook's ``globals()``) for a ``with`` block.
 
     Names that did not exist are removed again afterwards; the others get back their
-    own value, also when the block raises.
+    own value (``None`` included), also when the block raises, and also when the block
+    deleted or rebound them meanwhile.
+
+    Args:
+        namespace: where the names live, usually ``globals()`` of the notebook.
+        **references: name -> the object that stands in for it during the block.
     """
     saved = {name: namespace.get(name, _MISSING) for name in references}
     namespace.update(references)
@@ -42,6 +47,9 @@ def overlap_model(load_s: float, step_s: float, overlapped: bool) -> float:
     """Notebook 00's model: seconds per step, ``load + step`` in turns, ``max`` overlapped.
 
     It is the pipeline model with no worker (in turns) or one (overlapped).
+
+    Raises:
+        ValueError: if a time is negative or not finite.
     """
     return steady_state_time_per_batch(1 if overlapped else 0, load_s, step_s)
 

@@ -14,6 +14,8 @@ from PIL import Image, JpegImagePlugin
 
 from feedgpu.data import faces, lfw_stats
 
+pytestmark = pytest.mark.unit
+
 # The real LFW (Huang et al. 2007; scikit-learn's fetch_lfw_people) in numbers.
 LFW_IMAGES, LFW_PEOPLE, LFW_PEOPLE_2PLUS = 13233, 5749, 1680
 LFW_TOP_SEVEN = [530, 236, 144, 121, 109, 77, 71]

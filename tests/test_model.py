@@ -18,6 +18,8 @@ import pytest
 from feedgpu.model import (bottleneck_stage, draw_load_times, explain_bottleneck, simulate, steady_state_time_per_batch)
 from feedgpu.plots import plot_model_vs_measured
 
+pytestmark = pytest.mark.unit
+
 # The Stack Overflow experiment: 128 items of 3.125 ms each, a 50 ms step, small arrays
 # (negligible transfer). Measured seconds per batch for 0, 2, 4, 6 and 8 workers.
 SO_LOAD_S = 128 * 0.003125  # 0.4 s per batch
@@ -78,6 +80,21 @@ def test_model_more_workers_never_slower_and_floored_by_main_process():
 def test_model_rejects_bad_arguments(args):
     with pytest.raises(ValueError):
         steady_state_time_per_batch(*args)
+
+
+@pytest.mark.parametrize("args", [("2", 0.1, 0.1), (True, 0.1, 0.1), (1, None, 0.1), (1, 0.1, "0.1")])
+def test_model_rejects_arguments_that_are_not_numbers(args):
+    with pytest.raises(TypeError):
+        steady_state_time_per_batch(*args)
+
+
+def test_model_takes_whole_floats_and_numpy_worker_counts():
+    import numpy as np
+
+    # A DataFrame column of worker counts holds numpy integers (or floats, after a NaN).
+    for workers in (np.int64(4), 4.0):
+        got = steady_state_time_per_batch(workers, 0.4, 0.05)
+        assert got == pytest.approx(0.1), f"{workers!r} workers: 0.4 / 4 = 0.1 s per batch, got {got}"
 
 
 # --------------------------------------------------------------------------- simulation

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ from feedgpu.measure import stages
 from feedgpu.workloads import lfw as lfw_workloads
 
 from conftest import write_face
+
+pytestmark = pytest.mark.unit
 
 FORK = "fork" in multiprocessing.get_all_start_methods()
 
@@ -40,11 +43,81 @@ def test_decoders_agree_with_pil(jpegs):
         "decode_jpeg and PIL decode the same JPEG to (nearly) the same pixels"
 
 
-def test_time_stages_reports_every_stage_per_image(jpegs):
-    times = stages.time_stages(jpegs, transforms.RandomHorizontalFlip(), transforms.ToTensor(),
-                                batch_size=3, repeats=2)
-    assert list(times) == list(stages.STAGES), f"one entry per stage, in order: {list(times)}"
-    assert all(t >= 0 for t in times.values()) and times["decode"] > 0, times
+AUGMENT_S = 0.020  # known cost of the augment stage below: a sleep per image
+TO_TENSOR_S = 0.005  # known cost of the to_tensor stage: a shorter sleep per image
+
+
+def _sleepy_augment(pixels):
+    time.sleep(AUGMENT_S)
+    return pixels
+
+
+def _sleepy_to_tensor(pixels):
+    time.sleep(TO_TENSOR_S)
+    return torch.zeros(3)
+
+
+def test_time_stages_puts_each_known_cost_under_its_own_stage(jpegs, monkeypatch):
+    # decode is an identity, augment sleeps 20 ms and to_tensor 5 ms per image: a stage
+    # clocked under the wrong name, or a total not divided by the number of images,
+    # moves a sleep to where the checks below cannot miss it.
+    monkeypatch.setitem(lfw_workloads.DECODERS, "identity", lambda data: data)
+    times = stages.time_stages(jpegs, _sleepy_augment, _sleepy_to_tensor, decoder="identity",
+                               batch_size=4, repeats=3)
+    assert list(times) == ["read", "decode", "augment", "to_tensor", "collate"], (
+        f"one entry per stage, in the documented order: {list(times)}"
+    )
+    augment = times["augment"] / AUGMENT_S
+    assert 0.95 <= augment <= 3, (
+        f"augment sleeps {AUGMENT_S * 1e3:.0f} ms per image; reported {times['augment'] * 1e3:.2f} ms "
+        f"({augment:.2f}x; {len(jpegs)}x would mean the total was not divided by the images)"
+    )
+    assert times["to_tensor"] / TO_TENSOR_S >= 0.95, (
+        f"to_tensor sleeps {TO_TENSOR_S * 1e3:.0f} ms per image, reported {times['to_tensor'] * 1e3:.2f} ms"
+    )
+    assert times["to_tensor"] < times["augment"] / 2, (
+        f"the 20 ms sleep belongs to augment, the 5 ms one to to_tensor: {times}"
+    )
+    for stage in ("read", "decode", "collate"):
+        assert times[stage] < times["augment"] / 4, (
+            f"{stage} costs next to nothing here, yet reported {times[stage] * 1e3:.2f} ms per image "
+            f"against augment's {times['augment'] * 1e3:.2f} ms: a sleep was clocked under the wrong stage"
+        )
+
+
+def test_time_stages_with_real_decoders_reports_positive_decode(jpegs):
+    for decoder, to_tensor in [("pil", transforms.ToTensor()), ("tensor", None)]:
+        times = stages.time_stages(jpegs, None, to_tensor, decoder=decoder, batch_size=3, repeats=1)
+        assert times["decode"] > 0 and all(t >= 0 for t in times.values()), f"{decoder}: {times}"
+
+
+def test_stage_timers_reject_bad_arguments(jpegs):
+    for kwargs in [{"batch_size": 0}, {"repeats": 0}, {"repeats": 1.5}, {"decoder": "gif"}, {"threads": 0}]:
+        with pytest.raises(ValueError):
+            stages.time_stages(jpegs, **kwargs)
+    with pytest.raises(ValueError):
+        stages.time_stages([])
+    with pytest.raises(ValueError):
+        stages.decode_rate(jpegs, "pil", repeats=0)
+    with pytest.raises(ValueError):
+        stages.time_each({"flip": transforms.RandomHorizontalFlip()}, [], repeats=1)
+
+
+def test_time_each_and_decode_rate_follow_a_known_cost(jpegs):
+    # time_each: seconds per image of each transform; a 10 ms sleep per image must show.
+    def sleepy(image):
+        time.sleep(0.010)
+        return image
+
+    images = list(range(4))
+    per_image = stages.time_each({"sleepy": sleepy, "identity": lambda x: x}, images, repeats=3)
+    assert list(per_image) == ["sleepy", "identity"], f"one entry per transform, in order: {list(per_image)}"
+    assert 0.95 <= per_image["sleepy"] / 0.010 <= 3, (
+        f"a 10 ms sleep per image, reported {per_image['sleepy'] * 1e3:.2f} ms"
+    )
+    assert per_image["identity"] < per_image["sleepy"] / 10, f"the identity costs next to nothing: {per_image}"
+    rate = stages.decode_rate(jpegs, "pil", repeats=2)
+    assert rate > 0, f"images per second must be positive, got {rate}"
 
 
 def test_heavy_augmentation_costs_more_than_light(jpegs):

@@ -20,6 +20,8 @@ from feedgpu.measure.sweep import grid_settings, sweep
 from feedgpu.plots import plot_sweep
 from feedgpu.workloads import SleepDataset
 
+pytestmark = pytest.mark.unit
+
 RESULT_COLUMNS = [
     "mean_s_per_batch",
     "std_s_per_batch",

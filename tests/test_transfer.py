@@ -31,6 +31,8 @@ from feedgpu.measure.transfer import (CpuShare, cpu_per_batch, payload_bytes, ti
 from feedgpu.workloads.arrays import (SleepArrayDataset, collate_list, collate_tensor, make_array, make_records)
 from feedgpu.workloads import SpinDataset
 
+pytestmark = pytest.mark.unit
+
 LARGE_ITEM = (1000, 150)  # the Stack Overflow question's large item
 LARGE_BATCH_BYTES = 16 * 1000 * 150 * 8  # 16 float64 items: 19.2 MB
 

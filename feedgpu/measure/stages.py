@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
+from ..checks import check_choice, check_int
 from ..workloads.lfw import DECODERS, read_bytes
 
 __all__ = [
@@ -45,10 +46,7 @@ STAGES: tuple[str, ...] = ("read", "decode", "augment", "to_tensor", "collate")
 
 
 def _decoder(name: str) -> Callable[[bytes], Any]:
-    try:
-        return DECODERS[name]
-    except KeyError:
-        raise ValueError(f"decoder must be one of {sorted(DECODERS)}, got {name!r}") from None
+    return DECODERS[check_choice("decoder", name, sorted(DECODERS))]
 
 
 def _identity(x: Any) -> Any:
@@ -59,12 +57,12 @@ class _Threads:
     """Run a block with ``torch.set_num_threads(n)``, then restore the previous count."""
 
     def __init__(self, n: int | None) -> None:
-        self.n = n
+        self.n = None if n is None else check_int("threads", n, minimum=1)
         self.before = torch.get_num_threads()
 
     def __enter__(self) -> None:
         if self.n is not None:
-            torch.set_num_threads(int(self.n))
+            torch.set_num_threads(self.n)
 
     def __exit__(self, *exc: Any) -> None:
         torch.set_num_threads(self.before)
@@ -141,24 +139,20 @@ def time_stages(
         ``{stage: seconds per image}`` for the stages of :data:`STAGES`, in that order.
 
     Raises:
-        ValueError: no paths, an unknown decoder, or ``batch_size``/``repeats`` below 1.
+        ValueError: no paths, an unknown decoder, or ``batch_size``, ``repeats`` or
+            ``threads`` below 1.
     """
     paths = [str(p) for p in paths]
     if not paths:
         raise ValueError("paths is empty; give at least one image file")
-    if int(batch_size) != batch_size or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if int(repeats) != repeats or repeats < 1:
-        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    repeats = check_int("repeats", repeats, minimum=1)
     decode = _decoder(decoder)
     augment = augment or _identity
     to_tensor = to_tensor or _identity
     with _Threads(threads):
-        _one_pass(paths, decode, augment, to_tensor, int(batch_size))  # warm-up
-        passes = [
-            _one_pass(paths, decode, augment, to_tensor, int(batch_size))
-            for _ in range(int(repeats))
-        ]
+        _one_pass(paths, decode, augment, to_tensor, batch_size)  # warm-up
+        passes = [_one_pass(paths, decode, augment, to_tensor, batch_size) for _ in range(repeats)]
     n = len(paths)
     result = {stage: statistics.median(p[stage] for p in passes) / n for stage in STAGES}
     logger.debug("time_stages(%d images, decoder=%s): %s", n, decoder, result)
@@ -184,16 +178,15 @@ def decode_rate(
         Decoded images per second, on one core.
 
     Raises:
-        ValueError: no paths, an unknown decoder, or ``repeats`` below 1.
+        ValueError: no paths, an unknown decoder, or ``repeats`` or ``threads`` below 1.
     """
+    repeats = check_int("repeats", repeats, minimum=1)
+    decode = _decoder(decoder)
     datas = [read_bytes(p) for p in paths]
     if not datas:
         raise ValueError("paths is empty; give at least one image file")
-    if int(repeats) != repeats or repeats < 1:
-        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
-    decode = _decoder(decoder)
     with _Threads(threads):
-        best = _fastest_pass(lambda: [decode(data) for data in datas], int(repeats))
+        best = _fastest_pass(lambda: [decode(data) for data in datas], repeats)
     return len(datas) / best
 
 
@@ -230,16 +223,15 @@ def time_each(
         ``{name: seconds per image}`` in the order of ``transforms``.
 
     Raises:
-        ValueError: no images, or ``repeats`` below 1.
+        ValueError: no images, or ``repeats`` or ``threads`` below 1.
     """
     if not images:
         raise ValueError("images is empty; give at least one decoded image")
-    if int(repeats) != repeats or repeats < 1:
-        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    repeats = check_int("repeats", repeats, minimum=1)
     out = {}
     with _Threads(threads):
         for name, transform in transforms.items():
-            best = _fastest_pass(lambda t=transform: [t(image) for image in images], int(repeats))
+            best = _fastest_pass(lambda t=transform: [t(image) for image in images], repeats)
             out[name] = best / len(images)
     return out
 

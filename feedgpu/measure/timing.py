@@ -32,6 +32,8 @@ from typing import Any, Union
 
 import torch
 
+from ..checks import check_int, check_seconds
+
 __all__ = [
     "LoaderTiming",
     "time_loader",
@@ -186,23 +188,13 @@ def _make_step(step: Step) -> Callable[[Any], Any]:
         return lambda batch: None
     if callable(step):
         return step
-    if isinstance(step, (int, float)) and not isinstance(step, bool):
-        seconds = float(step)
-        if seconds < 0:
-            raise ValueError(f"step as seconds must be >= 0, got {step!r}")
-        return lambda batch: time.sleep(seconds)
-    raise TypeError(
-        f"step must be None, a number of seconds or a callable taking the batch, got {step!r}"
-    )
-
-
-def _check_args(batches: int | None, warmup: int, repeats: int) -> None:
-    if batches is not None and (int(batches) != batches or batches < 1):
-        raise ValueError(f"batches must be None or an integer >= 1, got {batches!r}")
-    if int(warmup) != warmup or warmup < 0:
-        raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
-    if int(repeats) != repeats or repeats < 1:
-        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    try:
+        seconds = check_seconds("step", step)
+    except TypeError:
+        raise TypeError(
+            f"step must be None, a number of seconds or a callable taking the batch, got {step!r}"
+        ) from None
+    return lambda batch: time.sleep(seconds)
 
 
 def shutdown_workers(iterator_or_loader: Any) -> None:
@@ -341,7 +333,9 @@ def time_loader(
             ``1 + warmup + batches`` batches (``1 + warmup + 1`` when batches is None).
         TypeError: if ``step`` is neither None, a number nor a callable.
     """
-    _check_args(batches, warmup, repeats)
+    batches = None if batches is None else check_int("batches", batches, minimum=1)
+    warmup = check_int("warmup", warmup)
+    repeats = check_int("repeats", repeats, minimum=1)
     step_fn = _make_step(step)
     clock = _make_clock()
     persistent = bool(getattr(loader, "persistent_workers", False))
@@ -351,15 +345,13 @@ def time_loader(
         waits_s=[],
         steps_s=[],
         n_batches=[],
-        warmup=int(warmup),
+        warmup=warmup,
         batch_size=getattr(loader, "batch_size", None),
         num_workers=getattr(loader, "num_workers", None),
         persistent_workers=persistent,
     )
-    for r in range(int(repeats)):
-        startup, per_batch, waits, steps = _run_repeat(
-            loader, batches, int(warmup), step_fn, clock, persistent
-        )
+    for r in range(repeats):
+        startup, per_batch, waits, steps = _run_repeat(loader, batches, warmup, step_fn, clock, persistent)
         timing.startup_s.append(startup)
         timing.s_per_batch.append(per_batch)
         timing.waits_s.append(waits)

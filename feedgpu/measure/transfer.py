@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -47,6 +46,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ..checks import check_choice, check_int, check_seconds
 from .timing import shutdown_workers
 
 __all__ = [
@@ -150,19 +150,17 @@ def transfer_time_per_batch(
         ValueError: if ``num_workers``, ``batches`` or ``warmup`` is below 1, ``gap_s``
             is negative, or ``statistic`` is not ``"median"`` or ``"min"``.
     """
-    for name, value in (("num_workers", num_workers), ("batches", batches), ("warmup", warmup)):
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if gap_s is not None and not (gap_s >= 0 and math.isfinite(gap_s)):
-        raise ValueError(f"gap_s must be a finite number >= 0, got {gap_s!r}")
-    if statistic not in ("median", "min"):
-        raise ValueError(f"statistic must be 'median' or 'min', got {statistic!r}")
-    queued = PREFETCH_FACTOR * int(num_workers)  # ready at once after start-up
+    num_workers = check_int("num_workers", num_workers, minimum=1)
+    batches = check_int("batches", batches, minimum=1)
+    warmup = check_int("warmup", warmup, minimum=1)
+    gap_s = None if gap_s is None else check_seconds("gap_s", gap_s)
+    check_choice("statistic", statistic, ("median", "min"))
+    queued = PREFETCH_FACTOR * num_workers  # ready at once after start-up
     loader = DataLoader(
-        _BatchSource(make_batch, 1 + queued + int(warmup) + int(batches)),
+        _BatchSource(make_batch, 1 + queued + warmup + batches),
         batch_size=None,
         collate_fn=_as_is,
-        num_workers=int(num_workers),
+        num_workers=num_workers,
         prefetch_factor=PREFETCH_FACTOR,
         multiprocessing_context=multiprocessing_context,
     )
@@ -171,12 +169,12 @@ def transfer_time_per_batch(
         for _ in range(1 + queued):  # start-up and the batches prefetched meanwhile
             next(iterator)
         start = time.perf_counter()  # now the worker sets the pace: calibrate the gap
-        for _ in range(int(warmup)):
+        for _ in range(warmup):
             next(iterator)
-        per_batch = (time.perf_counter() - start) / int(warmup)
-        gap = 2 * per_batch + 0.02 if gap_s is None else float(gap_s)
+        per_batch = (time.perf_counter() - start) / warmup
+        gap = 2 * per_batch + 0.02 if gap_s is None else gap_s
         waits = []
-        for _ in range(int(batches)):
+        for _ in range(batches):
             time.sleep(gap)
             t0 = time.perf_counter()
             batch = next(iterator)
@@ -194,8 +192,11 @@ def time_per_item(dataset: Dataset, n: int = 20) -> float:
 
     Useful to calibrate a model with what a sleep really costs here (a ``sleep(0.001)``
     lasts a little longer than 1 ms on most systems).
+
+    Raises:
+        ValueError: if ``n`` is below 1 or the dataset is empty.
     """
-    n = min(int(n), len(dataset))  # type: ignore[arg-type]
+    n = min(check_int("n", n, minimum=1), len(dataset))  # type: ignore[arg-type]
     if n < 1:
         raise ValueError("the dataset has no items to time")
     start = time.perf_counter()
@@ -263,12 +264,10 @@ def cpu_per_batch(
     """
     import psutil
 
-    if int(batches) != batches or batches < 1:
-        raise ValueError(f"batches must be an integer >= 1, got {batches!r}")
+    batches = check_int("batches", batches, minimum=1)
+    step_s = check_seconds("step_s", step_s)
     num_workers = int(getattr(loader, "num_workers", 0))
-    warm = 2 * num_workers + 2 if warmup is None else int(warmup)
-    if warm < 0 or not (step_s >= 0 and math.isfinite(step_s)):
-        raise ValueError(f"warmup and step_s must be finite and >= 0, got {warmup!r} and {step_s!r}")
+    warm = 2 * num_workers + 2 if warmup is None else check_int("warmup", warmup)
     if num_workers > 0 and getattr(loader, "persistent_workers", False):
         # Their workers may already run, started by an earlier iteration, and could not be
         # told apart from any other child of this process.
@@ -284,7 +283,7 @@ def cpu_per_batch(
                 time.sleep(step_s)
         workers = [child for child in me.children() if child.pid not in before]
         workers_0, main_0, start = _cpu_seconds(workers), _cpu_seconds([me]), time.perf_counter()
-        for _ in range(int(batches)):
+        for _ in range(batches):
             next(iterator)
             if step_s:
                 time.sleep(step_s)
@@ -293,5 +292,5 @@ def cpu_per_batch(
     finally:
         shutdown_workers(iterator)
         del iterator
-    n = int(batches)
-    return CpuShare(elapsed / n, (main_1 - main_0) / n, (workers_1 - workers_0) / n, num_workers)
+    return CpuShare(elapsed / batches, (main_1 - main_0) / batches, (workers_1 - workers_0) / batches,
+                    num_workers)

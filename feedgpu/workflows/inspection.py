@@ -8,34 +8,84 @@ error, and the student would get nothing. So before grading we:
 * drop the nbgrader marks of cells whose id the assignment does not know, or that repeat
   an id, so nbgrader restores the instructor's cell in their place (and say so);
 * note test cells that were edited, unlocked or deleted (nbgrader restores them);
-* flag student code that tries to switch tests off: IPython input or AST transformers,
-  builtins, redefined ``assert`` helpers, exception hooks, tracing, interrupt handlers.
+* flag student code that tries to switch tests off or escape the grader: IPython input
+  or AST transformers, builtins, redefined ``assert`` helpers, exception hooks, tracing,
+  interrupt handlers, exiting the kernel. :func:`scan_code` reads each changed cell's
+  syntax tree, so ``from os import _exit as e`` or ``getattr(os, "_exit")`` are found as
+  surely as ``os._exit``, and a comment that only mentions a name is not.
 
 Flags are for a person to read; they change no score.
 """
 
 from __future__ import annotations
 
+import ast
+import logging
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-#: Code that can switch tests off or escape the grader, with what it means.
+logger = logging.getLogger(__name__)
+
+# What each finding means: one sentence per kind, in the order they are reported.
+INPUT_TRANSFORMERS = "changes IPython's input transformers"
+AST_TRANSFORMERS = "changes IPython's AST transformers"
+HOOKS = "registers IPython hooks or magics"
+ERROR_REPORTING = "changes how errors are reported"
+BUILTINS = "modifies builtins"
+ASSERTION_ERROR = "redefines AssertionError"
+ASSERT_HELPER = "redefines an assert helper"
+INTERPRETER = "tampers with the interpreter (trace, modules)"
+INTERRUPTS = "ignores interrupts"
+EXIT = "kills or exits the kernel"
+
+#: Code that can switch tests off or escape the grader, with what it means. These regexes
+#: are the fallback for a cell that does not parse as Python even after its magics are
+#: removed; :func:`scan_code` reads every other cell's syntax tree (see :func:`_scan_tree`).
 TAMPER_PATTERNS: list[tuple[str, str]] = [
-    (r"input_transformers|input_splitter|InputTransformer", "changes IPython's input transformers"),
-    (r"ast_transformers|NodeTransformer", "changes IPython's AST transformers"),
-    (r"\bevents\s*\.\s*register|register_(?:cell_|line_)?magic", "registers IPython hooks or magics"),
-    (r"set_custom_exc|showtraceback|\brun_cell\b|excepthook", "changes how errors are reported"),
-    (r"__builtins__|\bimport\s+builtins|\bbuiltins\s*\.", "modifies builtins"),
-    (r"\bAssertionError\s*=(?!=)", "redefines AssertionError"),
+    (r"input_transformers|input_splitter|InputTransformer", INPUT_TRANSFORMERS),
+    (r"ast_transformers|NodeTransformer", AST_TRANSFORMERS),
+    (r"\bevents\s*\.\s*register|register_(?:cell_|line_)?magic", HOOKS),
+    (r"set_custom_exc|showtraceback|\brun_cell\b|excepthook", ERROR_REPORTING),
+    (r"__builtins__|\bimport\s+builtins|\bbuiltins\s*\.", BUILTINS),
+    (r"\bAssertionError\s*=(?!=)", ASSERTION_ERROR),
     (r"(?m)^\s*def\s+(?:assert_\w+|assert[A-Z]\w*)\s*\(|\b(?:assert_\w+|assert[A-Z]\w*)\s*=(?!=)",
-     "redefines an assert helper"),
-    (r"sys\s*\.\s*(?:settrace|setprofile|modules\s*\[)", "tampers with the interpreter (trace, modules)"),
-    (r"SIG_IGN|signal\s*\.\s*signal\s*\(\s*signal\s*\.\s*SIGINT", "ignores interrupts"),
-    (r"os\s*\.\s*_exit|os\s*\.\s*kill|os\s*\.\s*abort", "kills or exits the kernel"),
+     ASSERT_HELPER),
+    (r"sys\s*\.\s*(?:settrace|setprofile|modules\s*\[)", INTERPRETER),
+    (r"SIG_IGN|signal\s*\.\s*signal\s*\(\s*signal\s*\.\s*SIGINT", INTERRUPTS),
+    (r"os\s*\.\s*_exit|os\s*\.\s*kill|os\s*\.\s*abort", EXIT),
 ]
+
+_ORDER = [what for _, what in TAMPER_PATTERNS]
+
+#: Identifiers (variables, attributes, imported names, string keys of getattr and
+#: subscripts) that only code reaching into IPython's or Python's machinery uses.
+_NAME_RULES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"input_transformers\w*|input_splitter|input_transformer_manager|\w*InputTransformer\w*"),
+     INPUT_TRANSFORMERS),
+    (re.compile(r"ast_transformers|NodeTransformer"), AST_TRANSFORMERS),
+    (re.compile(r"register_(?:line_|cell_|line_cell_)?magic\w*"), HOOKS),
+    (re.compile(r"set_custom_exc|showtraceback|run_cell|\w*excepthook\w*"), ERROR_REPORTING),
+    (re.compile(r"__builtins__"), BUILTINS),
+]
+
+#: Fully qualified names (imports and aliases resolved) and what using them means.
+_QUALIFIED: dict[str, str] = {
+    **{f"{module}.{name}": EXIT for module in ("os", "posix", "nt")
+       for name in ("_exit", "kill", "killpg", "abort")},
+    **{f"{module}.{name}": INTERPRETER for module in ("sys", "threading")
+       for name in ("settrace", "setprofile")},
+    "signal.SIG_IGN": INTERRUPTS,
+}
+
+#: Methods that change a dict in place (for ``sys.modules``).
+_MUTATORS = {"pop", "popitem", "update", "clear", "setdefault", "__setitem__", "__delitem__"}
+
+_ASSERT_HELPER_NAME = re.compile(r"assert_\w+|assert[A-Z]\w*")
+_MAGIC_LINE = re.compile(r"^(\s*)[%!]")
 
 
 @dataclass
@@ -55,17 +105,239 @@ def _is_test(meta: dict) -> bool:
     return bool(meta.get("grade")) and not meta.get("solution")
 
 
+def _without_magics(source: str) -> str:
+    """``source`` with IPython's magic and shell lines (``%...``, ``%%...``, ``!...``)
+    replaced by ``pass`` at the same indentation, so the rest parses as Python."""
+    return "\n".join(_MAGIC_LINE.sub(r"\1pass  # ", line) for line in source.splitlines())
+
+
+class _Resolver:
+    """Fully qualified names of expressions, through imports and simple aliases.
+
+    ``import os as o``, ``from os import _exit as e`` and ``k = os`` make ``o._exit``,
+    ``e`` and ``k._exit`` all resolve to ``"os._exit"``; so do ``getattr(os, "_exit")``,
+    ``os.__dict__["_exit"]``, ``vars(os)["_exit"]`` and ``__import__("os")._exit``.
+    Names never imported resolve to themselves (the import may be in another cell); the
+    result of another call is written ``"f()"``, so ``get_ipython().events`` resolves to
+    ``"get_ipython().events"``.
+    """
+
+    def __init__(self, tree: ast.AST) -> None:
+        self.aliases: dict[str, str] = {}
+        self.star_modules: list[str] = []  # ``from os import *`` brings ``_exit`` in unnamed
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self.aliases[alias.asname] = alias.name
+                    else:  # ``import a.b`` binds ``a``
+                        top = alias.name.split(".")[0]
+                        self.aliases[top] = top
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    if alias.name == "*":
+                        self.star_modules.append(node.module)
+                    else:
+                        self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        for node in ast.walk(tree):  # then ``k = os``, ``e = os._exit``
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                target = node.targets[0].id
+                value = self.qualified(node.value)
+                if value is not None and value != target:
+                    self.aliases[target] = value
+
+    def qualified(self, node: ast.AST) -> str | None:
+        """The dotted name ``node`` stands for, or None when it cannot be told."""
+        if isinstance(node, ast.Name):
+            if node.id in self.aliases:
+                return self.aliases[node.id]
+            starred = [f"{module}.{node.id}" for module in self.star_modules]
+            return next((name for name in starred if name in _QUALIFIED), node.id)
+        if isinstance(node, ast.Attribute):
+            base = self.qualified(node.value)
+            return None if base is None else f"{base}.{node.attr}"
+        if isinstance(node, ast.Call) and node.args:
+            func = self.qualified(node.func)
+            first = _string(node.args[0])
+            if func == "getattr" and len(node.args) >= 2 and _string(node.args[1]) is not None:
+                base = self.qualified(node.args[0])
+                return None if base is None else f"{base}.{_string(node.args[1])}"
+            if func in ("__import__", "importlib.import_module") and first is not None:
+                return first
+            if func == "vars":
+                return self.qualified(node.args[0])
+            return None if func is None else f"{func}()"
+        if isinstance(node, ast.Call):
+            func = self.qualified(node.func)
+            return None if func is None else f"{func}()"  # ``get_ipython().events`` can still be told
+        if isinstance(node, ast.Subscript) and _string(node.slice) is not None:
+            # ``os.__dict__["_exit"]`` and ``vars(os)["_exit"]`` (``vars`` resolves to its argument)
+            value = node.value
+            if isinstance(value, ast.Attribute) and value.attr == "__dict__":
+                value = value.value
+            elif not (isinstance(value, ast.Call) and self.qualified(value.func) == "vars"):
+                return None
+            base = self.qualified(value)
+            return None if base is None else f"{base}.{_string(node.slice)}"
+        return None
+
+
+def _string(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _identifiers(node: ast.AST) -> Iterator[str]:
+    """Names that ``node`` itself spells: a variable, an attribute, an imported name, a
+    definition, or a string used as an attribute or item name."""
+    if isinstance(node, ast.Name):
+        yield node.id
+    elif isinstance(node, ast.Attribute):
+        yield node.attr
+    elif isinstance(node, ast.alias):
+        yield from node.name.split(".")
+        if node.asname:
+            yield node.asname
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        yield node.name
+    elif isinstance(node, ast.Call) and len(node.args) >= 2 and isinstance(node.func, ast.Name) \
+            and node.func.id in ("getattr", "setattr", "hasattr", "delattr"):
+        name = _string(node.args[1])
+        if name is not None:
+            yield name
+    elif isinstance(node, ast.Subscript) and _string(node.slice) is not None:
+        yield _string(node.slice)  # type: ignore[misc]
+
+
+def _bound_names(node: ast.AST) -> Iterator[str]:
+    """Names that ``node`` binds or rebinds (assignments, definitions, ``import ... as``,
+    ``setattr``), including attributes and string keys assigned to."""
+    targets: list[ast.AST] = []
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
+        targets = [node.target]
+    elif isinstance(node, (ast.For, ast.AsyncFor)):
+        targets = [node.target]
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+        targets = [node.optional_vars]
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        yield node.name
+    elif isinstance(node, ast.alias) and node.asname and node.asname != node.name.split(".")[-1]:
+        yield node.asname  # ``from x import y as assert_close`` rebinds; a plain import does not
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+            and len(node.args) >= 2 and _string(node.args[1]) is not None:
+        yield _string(node.args[1])  # type: ignore[misc]
+    while targets:
+        target = targets.pop()
+        if isinstance(target, (ast.Tuple, ast.List)):
+            targets.extend(target.elts)
+        elif isinstance(target, ast.Starred):
+            targets.append(target.value)
+        elif isinstance(target, ast.Name):
+            yield target.id
+        elif isinstance(target, ast.Attribute):
+            yield target.attr
+        elif isinstance(target, ast.Subscript) and _string(target.slice) is not None:
+            yield _string(target.slice)  # type: ignore[misc]
+
+
+def _scan_tree(tree: ast.AST) -> set[str]:
+    """What the code in ``tree`` does that can switch tests off (see :func:`scan_code`)."""
+    resolve = _Resolver(tree)
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        for name in _identifiers(node):
+            found.update(what for pattern, what in _NAME_RULES if pattern.fullmatch(name))
+        for name in _bound_names(node):
+            if name == "AssertionError":
+                found.add(ASSERTION_ERROR)
+            elif _ASSERT_HELPER_NAME.fullmatch(name):
+                found.add(ASSERT_HELPER)
+        if isinstance(node, ast.Import):
+            used = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            used = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+            used = [resolve.qualified(node) or ""]
+        else:
+            used = []
+        for qualified in used:
+            if qualified in _QUALIFIED:
+                found.add(_QUALIFIED[qualified])
+            if qualified == "builtins" or qualified.startswith("builtins."):
+                found.add(BUILTINS)
+        if isinstance(node, ast.Attribute) and node.attr == "register" \
+                and _last_name(node.value, resolve) == "events":
+            found.add(HOOKS)
+        if isinstance(node, ast.Subscript) and resolve.qualified(node.value) == "sys.modules":
+            found.add(INTERPRETER)
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in _MUTATORS and \
+                    resolve.qualified(func.value) == "sys.modules":
+                found.add(INTERPRETER)
+            name = resolve.qualified(func)
+            if name == "signal.signal" and node.args and _is_sigint(node.args[0], resolve):
+                found.add(INTERRUPTS)
+            if name in ("exec", "eval", "compile") and node.args and _string(node.args[0]) is not None:
+                found.update(scan_code(_string(node.args[0])))  # type: ignore[arg-type]
+    return found
+
+
+def _last_name(node: ast.AST, resolve: _Resolver) -> str | None:
+    """The last part of what ``node`` names: ``"events"`` for ``get_ipython().events``,
+    for ``ip.events`` and for ``ev`` after ``ev = ip.events``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    qualified = resolve.qualified(node)
+    return None if qualified is None else qualified.split(".")[-1]
+
+
+def _is_sigint(node: ast.AST, resolve: _Resolver) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value == 2  # SIGINT's number on every platform Python runs on
+    return _last_name(node, resolve) == "SIGINT"
+
+
 def scan_code(source: str) -> list[str]:
-    """The tamper patterns that ``source`` matches, as sentences."""
-    return [what for pattern, what in TAMPER_PATTERNS if re.search(pattern, source)]
+    """What ``source`` does that can switch tests off or escape the grader, as sentences.
+
+    The code is read as a Python syntax tree (after IPython's ``%`` and ``!`` lines are
+    set aside), so a finding does not depend on spelling: ``from os import _exit as e``,
+    ``getattr(os, "_exit")`` and ``import os as o; o._exit(1)`` are all found, and a
+    comment or a string that only mentions a name is not. A cell that still does not
+    parse is searched with the regexes of :data:`TAMPER_PATTERNS` instead.
+
+    Args:
+        source: the code of one cell.
+
+    Returns:
+        The sentences of :data:`TAMPER_PATTERNS` that apply, each once, in that order.
+    """
+    try:
+        tree = ast.parse(_without_magics(source))
+    except (SyntaxError, ValueError) as err:  # ValueError: a null byte in the source
+        logger.debug("cell does not parse (%s): searching it with regexes", err)
+        return [what for pattern, what in TAMPER_PATTERNS if re.search(pattern, source)]
+    found = _scan_tree(tree)
+    return [what for what in _ORDER if what in found]
 
 
 def inspect_and_repair(submitted: Path, release: Path) -> Inspection:
     """Check ``submitted`` against the released notebook; rewrite it if it needs repair.
 
+    Every code cell that is neither a test cell nor unchanged from the release is scanned
+    with :func:`scan_code` (a test cell is not: nbgrader runs the instructor's version).
+
     Args:
         submitted: the student's notebook (a copy: it may be rewritten).
         release: the notebook the students were given.
+
+    Returns:
+        An :class:`Inspection`: ``notes`` for what was repaired or restored (a cell whose
+        id is unknown or repeated, a test cell edited, unlocked or missing), ``flags``
+        (``"<grade id or 'an added cell'>: <what the code does>"``), and ``changed`` when
+        ``submitted`` was rewritten. An unreadable notebook gives one note and no rewrite.
     """
     report = Inspection()
     try:

@@ -5,7 +5,9 @@ whose cost we chose and check ratios against that cost. Workers started with *sp
 (macOS, Windows) import their dataset by name, so every class a worker needs lives here:
 
 * :mod:`~feedgpu.workloads.cost`: items that wait, compute, or both; thread pools in workers;
-* :mod:`~feedgpu.workloads.arrays`: numpy items of a chosen shape and dtype, and their collates;
+  the one filler of every item's payload (:func:`make_array`: item ``i`` holds ``i % 256``);
+* :mod:`~feedgpu.workloads.arrays`: numpy items of a chosen shape and dtype (the sleeping
+  :class:`SleepArrayDataset`, a :class:`SleepDataset`), and their collates;
 * :mod:`~feedgpu.workloads.lfw`: the faces with a tensor decode path, and random augmentation.
 """
 

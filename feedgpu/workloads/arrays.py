@@ -1,11 +1,13 @@
-"""Items that are arrays of a chosen shape and dtype, and the two ways to collate them.
+"""Items that are numpy arrays of a chosen shape and dtype, and the two ways to collate them.
 
-* :func:`make_array` is the course's one filler: item ``i`` is an array filled with
+* :func:`make_array` is the course's one filler (defined with the datasets in
+  :mod:`~feedgpu.workloads.cost`, re-exported here): item ``i`` is an array filled with
   ``i % 256``, so a test can tell which items a batch holds and in what order;
   :func:`make_records` makes a batch's worth of them.
-* :class:`SleepArrayDataset`: items are numpy arrays, each after a sleep of known length
-  (optionally jittered), like the Stack Overflow question's iterable that sleeps, then
-  returns ``np.random.random((1000, 150))``.
+* :class:`SleepArrayDataset`: a :class:`~feedgpu.workloads.cost.SleepDataset` whose items
+  are numpy arrays, each after a sleep of known length (optionally jittered), like the
+  Stack Overflow question's iterable that sleeps, then returns
+  ``np.random.random((1000, 150))``.
 * :func:`collate_list` (the question's collate: the batch stays a list of arrays) and
   :func:`collate_tensor` (one contiguous tensor, as ``default_collate`` makes it).
 
@@ -14,15 +16,16 @@ DataLoader workers import these by name, so they live in a module (*spawn*).
 
 from __future__ import annotations
 
-import math
 import random
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import default_collate
+
+from ..checks import check_int, check_number
+from .cost import SleepDataset, make_array
 
 __all__ = [
     "make_array",
@@ -31,26 +34,6 @@ __all__ = [
     "collate_list",
     "collate_tensor",
 ]
-
-
-def make_array(index: int, shape: Sequence[int], dtype: Any = "float64") -> np.ndarray:
-    """The payload of item ``index``: an array of ``shape`` and ``dtype`` filled with
-    ``index % 256`` (so it fits uint8 and every wider dtype; for int8 the value wraps
-    around as numpy's cast does, so the 256 fills stay distinct).
-
-    Filling is much cheaper than drawing random numbers, so building an item costs almost
-    nothing next to its sleep; the bytes to move are the same either way.
-
-    Args:
-        index: the item's index.
-        shape: the array's shape.
-        dtype: a numpy dtype or its name (``"float64"``, ``"float32"``, ``"uint8"``, ...).
-
-    Returns:
-        A C-contiguous numpy array.
-    """
-    fill = np.array(index % 256).astype(np.dtype(dtype))  # a cast wraps where a fill would overflow
-    return np.full(tuple(int(s) for s in shape), fill, dtype=np.dtype(dtype))
 
 
 def make_records(n: int, shape: Sequence[int], dtype: Any = "float64") -> list[np.ndarray]:
@@ -65,17 +48,18 @@ def make_records(n: int, shape: Sequence[int], dtype: Any = "float64") -> list[n
 
     Returns:
         A list of ``n`` numpy arrays; record ``i`` is filled with ``i % 256``.
+
+    Raises:
+        ValueError: if ``n`` is negative or not a whole number.
     """
-    if int(n) != n or n < 0:
-        raise ValueError(f"n must be an integer >= 0, got {n!r}")
-    return [make_array(i, shape, dtype) for i in range(int(n))]
+    return [make_array(i, shape, dtype) for i in range(check_int("n", n))]
 
 
-class SleepArrayDataset(Dataset):
+class SleepArrayDataset(SleepDataset):
     """A map-style dataset whose items are numpy arrays, each after a known sleep.
 
-    ``dataset[i]`` sleeps (I/O-like: it uses no CPU, so workers beyond the core count
-    still help), then returns ``make_array(i, shape, dtype)``.
+    ``dataset[i]`` sleeps ``item_seconds(i)`` (I/O-like: it uses no CPU, so workers beyond
+    the core count still help), then returns ``make_array(i, shape, dtype)``.
 
     Args:
         n: number of items.
@@ -88,15 +72,18 @@ class SleepArrayDataset(Dataset):
             :func:`feedgpu.model.draw_load_times`), drawn from a generator seeded by
             ``seed`` and the index, so item ``i`` sleeps the same in every run and in
             every worker.
-        seed: seed for the jittered sleeps.
+        seed: seed for the jittered sleeps (any integer).
 
     Raises:
-        ValueError: if ``n``, ``seconds_per_item`` or ``jitter`` is negative.
+        ValueError: if ``n``, ``seconds_per_item`` or ``jitter`` is negative, or a time
+            or the jitter is not finite.
 
     With ``batch_size=None`` in the DataLoader, each item is a whole "batch": use that,
     with the batch's load time as ``seconds_per_item``, to give every batch its own
     random load time.
     """
+
+    as_numpy = True
 
     def __init__(
         self,
@@ -107,28 +94,15 @@ class SleepArrayDataset(Dataset):
         jitter: float = 0.0,
         seed: int = 0,
     ) -> None:
-        if int(n) != n or n < 0:
-            raise ValueError(f"n must be an integer >= 0, got {n!r}")
-        if not (seconds_per_item >= 0 and math.isfinite(seconds_per_item)):
-            raise ValueError(f"seconds_per_item must be a finite number >= 0, got {seconds_per_item!r}")
-        if not (jitter >= 0 and math.isfinite(jitter)):
-            raise ValueError(f"jitter must be a finite number >= 0, got {jitter!r}")
-        self.n = int(n)
-        self.seconds_per_item = float(seconds_per_item)
-        self.shape = tuple(int(s) for s in shape)
+        super().__init__(n, seconds_per_item, item_shape=shape)
         self.dtype = np.dtype(dtype)
-        self.jitter = float(jitter)
-        self.seed = int(seed)
+        self.jitter = check_number("jitter", jitter)
+        self.seed = check_int("seed", seed, minimum=None)
 
-    def __len__(self) -> int:
-        return self.n
-
-    def _check_index(self, index: int) -> int:
-        """``index`` as a position in ``0 .. n-1`` (negative counts from the end)."""
-        position = index + self.n if index < 0 else index
-        if not 0 <= position < self.n:
-            raise IndexError(f"index {index} out of range for a dataset of {self.n} items")
-        return position
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of every item (``item_shape``)."""
+        return self.item_shape
 
     def item_seconds(self, index: int) -> float:
         """How long item ``index`` sleeps (the same on every call and in every process).
@@ -145,14 +119,6 @@ class SleepArrayDataset(Dataset):
         rng = random.Random(f"{self.seed}/{index}")
         shape = 1.0 / self.jitter**2
         return rng.gammavariate(shape, self.seconds_per_item / shape)
-
-    def __getitem__(self, index: int) -> np.ndarray:
-        """Sleep ``item_seconds(index)``, then return ``make_array(index, shape, dtype)``."""
-        index = self._check_index(index)
-        seconds = self.item_seconds(index)
-        if seconds > 0:
-            time.sleep(seconds)
-        return make_array(index, self.shape, self.dtype)
 
     def __repr__(self) -> str:
         return (

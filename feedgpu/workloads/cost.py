@@ -13,14 +13,21 @@ check ratios against that cost. The two pure kinds of cost:
 Real items do both, and workers have pools of threads; this module also has:
 
 * :class:`MixedDataset`: each item waits, then computes, in a proportion you choose;
-* :class:`SlowStartDataset`: the first items of every pass are slow, as after a cold
-  cache, to test that a timing harness leaves its warm-up out;
+* :class:`SlowStartDataset`: a :class:`SleepDataset` whose first items are slow, as after
+  a cold cache, to test that a timing harness leaves its warm-up out;
 * :class:`MatmulDataset`: each item multiplies numpy matrices, so it runs on numpy's
   BLAS thread pool, which PyTorch does not limit inside workers;
 * :class:`ThreadReportDataset`: each item reports the thread pools of the process that
   built it, so a notebook can see what a worker really runs with;
 * :func:`limit_worker_threads`: a ``worker_init_fn`` that limits a worker's pools to one
   thread.
+
+Every item's payload comes from one filler, :func:`make_array`: item ``i`` is an array
+filled with ``i % 256``, so a test can tell which items a batch holds and in what order.
+The sleeping datasets are one family: :class:`SleepDataset` sleeps
+:meth:`SleepDataset.item_seconds` and returns a tensor; :class:`SlowStartDataset` and
+:class:`~feedgpu.workloads.arrays.SleepArrayDataset` (numpy items, jittered sleeps) only
+change how long an item sleeps and what its payload is.
 
 Everything here lives in an importable module, not in a notebook cell, because on macOS
 and Windows DataLoader workers are started with *spawn*: each worker imports the dataset's
@@ -31,15 +38,18 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from ..checks import check_int, check_seconds
+
 __all__ = [
     "spin_cpu",
-    "make_item",
+    "make_array",
     "SleepDataset",
     "SpinDataset",
     "MixedDataset",
@@ -65,67 +75,87 @@ def spin_cpu(seconds: float) -> None:
         seconds: CPU seconds to burn; 0 returns at once.
 
     Raises:
-        ValueError: if ``seconds`` is negative.
+        ValueError: if ``seconds`` is negative, nan or infinite.
+        TypeError: if ``seconds`` is not a number.
 
     Note:
         On Windows the thread clock ticks about every 15.6 ms, so spins shorter than
         that are rounded up to a tick there.
     """
-    if seconds < 0:
-        raise ValueError(f"seconds must be >= 0, got {seconds!r}")
-    deadline = time.thread_time() + seconds
+    deadline = time.thread_time() + check_seconds("seconds", seconds)
     x = 0
     while time.thread_time() < deadline:
         for _ in range(200):  # a little arithmetic between clock reads
             x = (x * 1103515245 + 12345) & 0x7FFFFFFF
 
 
-def make_item(index: int, shape: tuple[int, ...], as_numpy: bool) -> torch.Tensor | np.ndarray:
-    """Build the payload of item ``index``: an array of ``shape`` filled with ``index``.
+def make_array(index: int, shape: Sequence[int], dtype: Any = "float64") -> np.ndarray:
+    """The payload of item ``index``: an array of ``shape`` and ``dtype`` filled with
+    ``index % 256`` (so it fits uint8 and every wider dtype; for int8 the value wraps
+    around as numpy's cast does, so the 256 fills stay distinct).
 
-    Filling with the index lets a test check which items a batch holds and in what order.
+    This is the course's one filler: every dataset here, and
+    :func:`~feedgpu.workloads.arrays.make_records`, builds its items with it. Filling is
+    much cheaper than drawing random numbers, so building an item costs almost nothing
+    next to its sleep or spin; the bytes to move are the same either way.
 
     Args:
         index: the item's index.
-        shape: the array's shape; ``()`` gives a scalar (a 0-d array).
-        as_numpy: return a ``float32`` numpy array instead of a ``float32`` tensor.
+        shape: the array's shape; ``()`` gives a 0-d array (one number).
+        dtype: a numpy dtype or its name (``"float64"``, ``"float32"``, ``"uint8"``, ...).
 
     Returns:
-        A ``float32`` tensor or numpy array of ``shape``, every element equal to ``index``.
+        A C-contiguous numpy array.
     """
-    if as_numpy:
-        return np.full(shape, index, dtype=np.float32)
-    return torch.full(shape, float(index), dtype=torch.float32)
+    fill = np.array(index % 256).astype(np.dtype(dtype))  # a cast wraps where a fill would overflow
+    return np.full(tuple(int(s) for s in shape), fill, dtype=np.dtype(dtype))
+
+
+def _position(index: int, n: int) -> int:
+    """``index`` as a position in ``0 .. n-1`` (negative counts from the end).
+
+    Raises:
+        IndexError: if it is out of range, as a list's index would be.
+    """
+    position = index + n if index < 0 else index
+    if not 0 <= position < n:
+        raise IndexError(f"index {index} out of range for a dataset of {n} items")
+    return position
 
 
 class _CostDataset(Dataset):
-    """Shared wiring: ``n`` items, each an array from :func:`make_item`."""
+    """Shared wiring: ``n`` items; item ``i`` pays ``_cost(i)``, then returns its payload.
 
-    def __init__(self, n: int, item_shape: tuple[int, ...] = (), as_numpy: bool = False) -> None:
-        if int(n) != n or n < 0:
-            raise ValueError(f"n must be a non-negative integer, got {n!r}")
-        self.n = int(n)
-        self.item_shape = tuple(int(s) for s in item_shape)
-        self.as_numpy = bool(as_numpy)
+    The payload is ``make_array(i, item_shape, dtype)``: a tensor, or the numpy array
+    itself when ``as_numpy`` (set by subclasses whose items are numpy arrays).
+    """
+
+    dtype: np.dtype = np.dtype("float32")
+    as_numpy: bool = False
+
+    def __init__(self, n: int, item_shape: Sequence[int] = ()) -> None:
+        self.n = check_int("n", n)
+        self.item_shape = tuple(check_int("item_shape", s) for s in item_shape)
 
     def __len__(self) -> int:
         return self.n
 
     def _check_index(self, index: int) -> int:
-        if index < 0:
-            index += self.n
-        if not 0 <= index < self.n:
-            raise IndexError(f"index {index} out of range for a dataset of {self.n} items")
-        return index
+        return _position(index, self.n)
 
-    def _cost(self) -> None:  # pragma: no cover - overridden
+    def _cost(self, index: int) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def payload(self, index: int) -> torch.Tensor | np.ndarray:
+        """What item ``index`` returns, without its cost (see :func:`make_array`)."""
+        array = make_array(index, self.item_shape, self.dtype)
+        return array if self.as_numpy else torch.from_numpy(array)
+
     def __getitem__(self, index: int) -> Any:
-        """Pay the item's cost, then return its payload (see :func:`make_item`)."""
+        """Pay the item's cost, then return its payload (see :meth:`payload`)."""
         index = self._check_index(index)
-        self._cost()
-        return make_item(index, self.item_shape, self.as_numpy)
+        self._cost(index)
+        return self.payload(index)
 
 
 class SleepDataset(_CostDataset):
@@ -136,32 +166,34 @@ class SleepDataset(_CostDataset):
         seconds_per_item: how long ``__getitem__`` sleeps.
         item_shape: shape of each item's payload (default a scalar). A large shape makes
             the batch expensive to send from a worker to the main process.
-        as_numpy: return numpy arrays instead of tensors (numpy batches are pickled
-            between processes; tensors go through shared memory).
 
     Raises:
-        ValueError: if ``n`` or ``seconds_per_item`` is negative.
+        ValueError: if ``n`` or ``seconds_per_item`` is negative (or not finite).
 
-    ``dataset[i]`` sleeps, then returns a ``float32`` array of ``item_shape`` filled with
-    ``i``; with the default collate a batch of ``B`` scalar items is a tensor of shape
-    ``(B,)`` holding the item indices.
+    ``dataset[i]`` sleeps :meth:`item_seconds`, then returns a ``float32`` tensor of
+    ``item_shape`` filled with ``i % 256`` (see :func:`make_array`); with the default
+    collate a batch of ``B`` scalar items is a tensor of shape ``(B,)`` holding the item
+    indices (modulo 256). For numpy items see
+    :class:`~feedgpu.workloads.arrays.SleepArrayDataset`.
     """
 
-    def __init__(
-        self,
-        n: int,
-        seconds_per_item: float,
-        item_shape: tuple[int, ...] = (),
-        as_numpy: bool = False,
-    ) -> None:
-        super().__init__(n, item_shape, as_numpy)
-        if seconds_per_item < 0:
-            raise ValueError(f"seconds_per_item must be >= 0, got {seconds_per_item!r}")
-        self.seconds_per_item = float(seconds_per_item)
+    def __init__(self, n: int, seconds_per_item: float, item_shape: Sequence[int] = ()) -> None:
+        super().__init__(n, item_shape)
+        self.seconds_per_item = check_seconds("seconds_per_item", seconds_per_item)
 
-    def _cost(self) -> None:
-        if self.seconds_per_item > 0:
-            time.sleep(self.seconds_per_item)
+    def item_seconds(self, index: int) -> float:
+        """How long item ``index`` sleeps: ``seconds_per_item`` (subclasses vary it).
+
+        Raises:
+            IndexError: if ``index`` is out of range, as ``dataset[index]`` would.
+        """
+        self._check_index(index)
+        return self.seconds_per_item
+
+    def _cost(self, index: int) -> None:
+        seconds = self.item_seconds(index)
+        if seconds > 0:
+            time.sleep(seconds)
 
     def __repr__(self) -> str:
         return f"SleepDataset(n={self.n}, seconds_per_item={self.seconds_per_item})"
@@ -174,29 +206,20 @@ class SpinDataset(_CostDataset):
         n: number of items.
         seconds: CPU seconds burnt per item (see :func:`spin_cpu`).
         item_shape: shape of each item's payload (default a scalar).
-        as_numpy: return numpy arrays instead of tensors.
 
     Raises:
-        ValueError: if ``n`` or ``seconds`` is negative.
+        ValueError: if ``n`` or ``seconds`` is negative (or not finite).
 
-    ``dataset[i]`` spins, then returns a ``float32`` array of ``item_shape`` filled with
-    ``i``. On an idle machine a spin takes ``seconds`` of wall-clock time; with more busy
-    workers than cores it takes longer, which is the lesson.
+    ``dataset[i]`` spins, then returns a ``float32`` tensor of ``item_shape`` filled with
+    ``i % 256``. On an idle machine a spin takes ``seconds`` of wall-clock time; with more
+    busy workers than cores it takes longer, which is the lesson.
     """
 
-    def __init__(
-        self,
-        n: int,
-        seconds: float,
-        item_shape: tuple[int, ...] = (),
-        as_numpy: bool = False,
-    ) -> None:
-        super().__init__(n, item_shape, as_numpy)
-        if seconds < 0:
-            raise ValueError(f"seconds must be >= 0, got {seconds!r}")
-        self.seconds = float(seconds)
+    def __init__(self, n: int, seconds: float, item_shape: Sequence[int] = ()) -> None:
+        super().__init__(n, item_shape)
+        self.seconds = check_seconds("seconds", seconds)
 
-    def _cost(self) -> None:
+    def _cost(self, index: int) -> None:
         spin_cpu(self.seconds)
 
     def __repr__(self) -> str:
@@ -208,31 +231,21 @@ class MixedDataset(_CostDataset):
 
     Args:
         n: number of items.
-        cpu_s: CPU seconds per item (see :func:`~feedgpu.workloads.spin_cpu`), like decoding.
+        cpu_s: CPU seconds per item (see :func:`spin_cpu`), like decoding.
         wait_s: seconds of sleep per item, like reading a file or a network reply.
         item_shape: shape of each item's payload (default a scalar).
-        as_numpy: return numpy arrays instead of tensors.
 
     Raises:
-        ValueError: if ``n``, ``cpu_s`` or ``wait_s`` is negative.
+        ValueError: if ``n``, ``cpu_s`` or ``wait_s`` is negative (or not finite).
 
-    ``dataset[i]`` sleeps, spins, then returns a ``float32`` array of ``item_shape``
-    filled with ``i`` (see :func:`~feedgpu.workloads.make_item`).
+    ``dataset[i]`` sleeps, spins, then returns a ``float32`` tensor of ``item_shape``
+    filled with ``i % 256`` (see :func:`make_array`).
     """
 
-    def __init__(
-        self,
-        n: int,
-        cpu_s: float,
-        wait_s: float,
-        item_shape: tuple[int, ...] = (),
-        as_numpy: bool = False,
-    ) -> None:
-        super().__init__(n, item_shape, as_numpy)
-        if cpu_s < 0 or wait_s < 0:
-            raise ValueError(f"cpu_s and wait_s must be >= 0, got cpu_s={cpu_s!r}, wait_s={wait_s!r}")
-        self.cpu_s = float(cpu_s)
-        self.wait_s = float(wait_s)
+    def __init__(self, n: int, cpu_s: float, wait_s: float, item_shape: Sequence[int] = ()) -> None:
+        super().__init__(n, item_shape)
+        self.cpu_s = check_seconds("cpu_s", cpu_s)
+        self.wait_s = check_seconds("wait_s", wait_s)
 
     @property
     def cpu_fraction(self) -> float:
@@ -243,7 +256,7 @@ class MixedDataset(_CostDataset):
         total = self.cpu_s + self.wait_s
         return self.cpu_s / total if total > 0 else 0.0
 
-    def _cost(self) -> None:
+    def _cost(self, index: int) -> None:
         if self.wait_s > 0:
             time.sleep(self.wait_s)
         spin_cpu(self.cpu_s)
@@ -252,7 +265,7 @@ class MixedDataset(_CostDataset):
         return f"MixedDataset(n={self.n}, cpu_s={self.cpu_s}, wait_s={self.wait_s})"
 
 
-class SlowStartDataset(_CostDataset):
+class SlowStartDataset(SleepDataset):
     """Items that sleep ``seconds_per_item``, except the first ``slow_items``, which sleep longer.
 
     A pass over the dataset in order starts with slow items and then runs steadily, as a
@@ -266,30 +279,21 @@ class SlowStartDataset(_CostDataset):
         slow_seconds: sleep of a slow item.
 
     Raises:
-        ValueError: if a count or a time is negative.
+        ValueError: if a count or a time is negative (or a time not finite).
 
     ``dataset[i]`` sleeps ``slow_seconds`` if ``i < slow_items``, else ``seconds_per_item``,
-    then returns a scalar ``float32`` tensor equal to ``i``.
+    then returns a scalar ``float32`` tensor equal to ``i % 256``.
     """
 
     def __init__(self, n: int, seconds_per_item: float, slow_items: int, slow_seconds: float) -> None:
-        super().__init__(n)
-        if seconds_per_item < 0 or slow_seconds < 0:
-            raise ValueError(
-                f"times must be >= 0, got seconds_per_item={seconds_per_item!r}, "
-                f"slow_seconds={slow_seconds!r}"
-            )
-        if int(slow_items) != slow_items or slow_items < 0:
-            raise ValueError(f"slow_items must be a non-negative integer, got {slow_items!r}")
-        self.seconds_per_item = float(seconds_per_item)
-        self.slow_items = int(slow_items)
-        self.slow_seconds = float(slow_seconds)
+        super().__init__(n, seconds_per_item)
+        self.slow_items = check_int("slow_items", slow_items)
+        self.slow_seconds = check_seconds("slow_seconds", slow_seconds)
 
-    def __getitem__(self, index: int) -> Any:
-        """Sleep (long for the first ``slow_items`` indices), then return the index as a tensor."""
+    def item_seconds(self, index: int) -> float:
+        """``slow_seconds`` for the first ``slow_items`` items, else ``seconds_per_item``."""
         index = self._check_index(index)
-        time.sleep(self.slow_seconds if index < self.slow_items else self.seconds_per_item)
-        return torch.tensor(float(index))
+        return self.slow_seconds if index < self.slow_items else self.seconds_per_item
 
     def __repr__(self) -> str:
         return (
@@ -319,21 +323,16 @@ class MatmulDataset(Dataset):
     """
 
     def __init__(self, n: int, size: int = 192, rounds: int = 3) -> None:
-        if int(n) != n or n < 0:
-            raise ValueError(f"n must be a non-negative integer, got {n!r}")
-        if size < 1 or rounds < 1:
-            raise ValueError(f"size and rounds must be >= 1, got size={size!r}, rounds={rounds!r}")
-        self.n, self.size, self.rounds = int(n), int(size), int(rounds)
+        self.n = check_int("n", n)
+        self.size = check_int("size", size, minimum=1)
+        self.rounds = check_int("rounds", rounds, minimum=1)
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, index: int) -> float:
         """Compute item ``index`` (see the class docstring) and return its mean."""
-        if index < 0:
-            index += self.n
-        if not 0 <= index < self.n:
-            raise IndexError(f"index {index} out of range for a dataset of {self.n} items")
+        index = _position(index, self.n)
         x = np.random.default_rng(index).standard_normal((self.size, self.size), dtype=np.float32)
         for _ in range(self.rounds):
             x = np.tanh(x @ x / self.size)
@@ -370,17 +369,14 @@ class ThreadReportDataset(Dataset):
     """
 
     def __init__(self, n: int) -> None:
-        if int(n) != n or n < 0:
-            raise ValueError(f"n must be a non-negative integer, got {n!r}")
-        self.n = int(n)
+        self.n = check_int("n", n)
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, index: int) -> dict[str, int]:
         """Report this process's pools (the index only selects the item)."""
-        if not 0 <= index < self.n:
-            raise IndexError(f"index {index} out of range for a dataset of {self.n} items")
+        _position(index, self.n)
         info = get_worker_info()
         blas = blas_threads()
         return {
@@ -412,13 +408,12 @@ def limit_worker_threads(worker_id: int, threads: int = 1) -> None:
         Do not raise PyTorch's pool above one thread in a *forked* worker: its OpenMP pool
         does not survive ``fork``, and a parallel operation can then wait forever.
     """
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads!r}")
-    torch.set_num_threads(int(threads))
+    threads = check_int("threads", threads, minimum=1)
+    torch.set_num_threads(threads)
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:
         logger.debug("threadpoolctl is not installed: only PyTorch's threads were limited")
         return
     # The limit holds for the rest of the worker's life: nothing restores it.
-    threadpool_limits(limits=int(threads))
+    threadpool_limits(limits=threads)

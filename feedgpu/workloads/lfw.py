@@ -33,6 +33,8 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 import lfw_dataset
 
+from ..checks import check_choice, check_int
+
 __all__ = [
     "read_bytes",
     "decode_pil",
@@ -171,13 +173,9 @@ class AffineParams(Dataset):
     """
 
     def __init__(self, n: int, seed: int = 0, source: str = "numpy") -> None:
-        if int(n) != n or n < 0:
-            raise ValueError(f"n must be a non-negative integer, got {n!r}")
-        if source not in ("numpy", "torch"):
-            raise ValueError(f"source must be 'numpy' or 'torch', got {source!r}")
-        self.n = int(n)
+        self.n = check_int("n", n)
         self.seed = seed
-        self.source = source
+        self.source = check_choice("source", source, ("numpy", "torch"))
         self.rng = np.random.default_rng(seed) if source == "numpy" else None
 
     def __len__(self) -> int:
@@ -317,19 +315,21 @@ def params_by_worker(
         translate_x, translate_y and scale drawn by each worker (ordered by worker id).
 
     Raises:
-        ValueError: ``num_workers`` < 1, or the dataset is too short.
+        ValueError: ``num_workers``, ``items_per_worker`` or ``epochs`` below 1, or the
+            dataset is too short.
 
     DataLoader's warning about more workers than cores is silenced: the workers here
     draw a few numbers each, and more of them than cores is harmless.
     """
-    if int(num_workers) != num_workers or num_workers < 1:
-        raise ValueError(f"num_workers must be an integer >= 1, got {num_workers!r}")
+    num_workers = check_int("num_workers", num_workers, minimum=1)
+    items_per_worker = check_int("items_per_worker", items_per_worker, minimum=1)
+    epochs = check_int("epochs", epochs, minimum=1)
     needed = num_workers * items_per_worker
     if len(dataset) < needed:
         raise ValueError(f"the dataset has {len(dataset)} items; {needed} are needed")
     generator = torch.Generator().manual_seed(seed)
     epochs_out = []
-    for _ in range(int(epochs)):
+    for _ in range(epochs):
         if emulate:
             # the DataLoader draws each epoch's base seed from its generator like this
             base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
