@@ -7,6 +7,9 @@
   nothing left behind; the command line for one machine or several;
 * :mod:`~feedgpu.distributed.seen`: each rank's record, and :func:`read_seen` to read them
   back as one table.
+* :mod:`~feedgpu.distributed.phases`: several runs of the epoch script in one launch (torch
+  imported once per rank), with functions of your own imported by name in every rank;
+* :mod:`~feedgpu.distributed.plots`: who saw what, per rank and epoch.
 
 Everything a DataLoader worker imports lives in an importable module (workers started with
 *spawn* import their dataset by name).

@@ -159,6 +159,13 @@ def run_epoch(loader: DataLoader, model: DistributedDataParallel | None, fix: st
     return ids, workers, steps
 
 
+def scored_pairs(args: argparse.Namespace, rank: int, world_size: int) -> list[tuple[int, bool]]:
+    """``(sample_id, correct)`` for this rank's evaluation shard (DistributedSampler, no shuffle)."""
+    sampler = DistributedSampler(shards.IdDataset(args.n_items), num_replicas=world_size,
+                                 rank=rank, shuffle=False, drop_last=args.drop_last)
+    return [(i, shards.is_correct(i)) for i in sampler]
+
+
 def evaluate(args: argparse.Namespace, rank: int, world_size: int) -> dict[str, float]:
     """Score :func:`~feedgpu.distributed.shards.is_correct` on this rank's shard, naively and exactly.
 
@@ -166,9 +173,7 @@ def evaluate(args: argparse.Namespace, rank: int, world_size: int) -> dict[str, 
     added across ranks. Exact: every rank's ``(id, correct)`` pairs are gathered and each
     id counts once, which gives the single-process answer on any number of ranks.
     """
-    sampler = DistributedSampler(shards.IdDataset(args.n_items), num_replicas=world_size,
-                                 rank=rank, shuffle=False, drop_last=args.drop_last)
-    pairs = [(i, shards.is_correct(i)) for i in sampler]
+    pairs = scored_pairs(args, rank, world_size)
     sums = torch.tensor([sum(c for _, c in pairs), len(pairs)], dtype=torch.float64)
     dist.all_reduce(sums)
     gathered: list[list[tuple[int, bool]]] = [[] for _ in range(world_size)]
@@ -211,6 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         seen.write_rank(args.out, record_)
     if args.evaluate:
         record_["metrics"] = evaluate(args, rank, world_size)
+        record_["scored"] = scored_pairs(args, rank, world_size)  # what this rank scored, padding included
     record_["finished_at"] = time.time()
     seen.write_rank(args.out, record_)
     dist.destroy_process_group()

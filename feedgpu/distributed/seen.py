@@ -8,6 +8,9 @@ Every rank of :mod:`feedgpu.distributed.epoch_script` writes one file in the run
                           "metrics": {...}, "started_at": ..., "imported_at": ...,
                           "ready_at": ..., "finished_at": ..., ...}
 
+With ``--evaluate`` a record also holds ``"scored"``: the ``[sample_id, correct]`` pairs
+that rank scored, padded duplicates included.
+
 The times are ``time.time()`` stamps: when the process started, when it had imported
 torch and the script, when it had joined the process group, and when it finished.
 
