@@ -64,7 +64,7 @@ test: $(STAMP) $(SYNTHETIC)
 
 # Run the quick tests only (skips notebooks and nbgrader).
 test-quick: $(STAMP) $(SYNTHETIC)
-	$(PY) -m pytest -m unit $(PYTEST_ARGS)
+	$(PY) -m pytest -m "unit and not slow" $(PYTEST_ARGS)
 
 # Measure the course's figures; prints a table and writes build/bench.json.
 bench: $(STAMP) $(SYNTHETIC)

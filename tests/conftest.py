@@ -1,17 +1,57 @@
-"""Shared fixtures: tiny LFW-layout trees built in a temporary folder."""
+"""Shared fixtures: tiny LFW-layout trees built in a temporary folder, and the one grading
+of the course's notebooks that every test of the notebooks shares.
+
+What a test costs is in its marker (see ``pyproject.toml``): ``unit`` (seconds: no kernel,
+no nbgrader; every test without another marker gets it here), ``notebook`` (runs cells of
+the course's notebooks in a Jupyter kernel) and ``grading`` (runs nbgrader). ``make
+test-quick`` runs the unit tests (less those marked ``slow``), ``make test`` everything.
+"""
 
 from __future__ import annotations
 
+import csv
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
 import numpy as np
 import pytest
 from PIL import Image
+
+from grading_fixtures import RELEASE, SOLUTIONS, student_version, write_submission
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # people in an order that differs from sorted order, with mixed case
 TINY_PEOPLE = {"zoe_Last": 1, "Bob_B": 3, "alice_A": 2, "Carl_C": 1}
+
+ASSIGNMENTS = sorted(p.name for p in SOLUTIONS.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
+
+#: Seconds that a fixture may add to the first test that requests it (pytest-timeout
+#: counts a fixture's set-up in that test). Every test that requests one of these gets
+#: the per-test timeout of ``pyproject.toml`` plus the fixture's budget, so a hung
+#: DataLoader still fails one test, and a long grading fails none. Two whole-notebook
+#: autogrades per course notebook; each grading budget is about four times what it
+#: takes on 2 busy cores.
+SESSION_BUDGET_S = {
+    "course_grading": 120 + 360 * len(ASSIGNMENTS),  # tests/conftest.py
+    "tiny_class": 900,  # tests/test_grading_robust.py
+    "one_kernel_run": 600,  # tests/test_answers_graded_alone.py (one notebook)
+    "mistakes": 600,  # tests/test_nb01_mistakes.py
+}
+COST_MARKERS = ("unit", "notebook", "grading")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark unmarked tests ``unit``; give tests that set up a grading fixture its time."""
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        if not any(item.get_closest_marker(m) for m in COST_MARKERS):
+            item.add_marker(pytest.mark.unit)
+        budget = sum(SESSION_BUDGET_S.get(name, 0) for name in item.fixturenames)
+        if budget and default and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(default + budget))
 
 
 def write_face(path: Path, seed: int, mode: str = "RGB", size: int = 32) -> None:
@@ -41,3 +81,61 @@ def tiny_lfw(tmp_path: Path) -> Path:
     write_face(root / ".hidden_person" / "x_0001.jpg", 97)
     (root / "README.txt").write_text("a stray file at the top level")
     return root
+
+
+# --------------------------------------------------------------------------- the course's grading
+
+
+@dataclass
+class CourseGrading:
+    """The course graded once: ``ada_solution`` hands in every solution, ``bob_untouched``
+    every release notebook as it was given (and a stray folder that is no assignment)."""
+
+    workdir: Path
+    results: list  # grade.Result of this run
+    rows: dict[tuple[str, str], dict]  # (student, assignment) -> row of grades.csv
+    cell_scores: dict[tuple[str, str], dict[str, float | None]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def autograded(self, student: str, assignment: str):
+        """The notebook nbgrader ran for ``student``'s ``assignment``, with its outputs."""
+        path = self.workdir / "autograded" / student / assignment / f"{assignment}.ipynb"
+        assert path.is_file(), f"nbgrader did not grade {student}/{assignment}: {self.rows.get((student, assignment))}"
+        return nbformat.read(path, 4)
+
+
+@pytest.fixture(scope="session")
+def course_grading(tmp_path_factory) -> CourseGrading:
+    """Grade the course once per test session, with ``feedgpu-grade``'s defaults.
+
+    This is the only whole-notebook run of each solution (it is also the check that each
+    executes without an error) and of each untouched release notebook; every test that
+    needs one of them shares it.
+    """
+    from nbgrader.api import Gradebook
+
+    from feedgpu.workflows import grade
+
+    base = tmp_path_factory.mktemp("course")
+    subs = base / "submitted"
+    for name in ASSIGNMENTS:
+        if not (RELEASE / name / f"{name}.ipynb").is_file():
+            continue  # not released yet: test_release_has_every_assignment says so, and no grade is found
+        released = nbformat.read(RELEASE / name / f"{name}.ipynb", 4)
+        solution = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", 4)
+        write_submission(subs, "ada_solution", name, student_version(solution, released))
+        write_submission(subs, "bob_untouched", name, released)
+    (subs / "bob_untouched" / "not_an_assignment").mkdir()
+    start = time.perf_counter()
+    results = grade.grade_class(subs, base / "grading", progress=False)
+    seconds = time.perf_counter() - start
+    workdir = base / "grading"
+    with (workdir / grade.CSV_NAME).open() as f:
+        rows = {(r["student"], r["assignment"]): r for r in csv.DictReader(f)}
+    scores = {}
+    with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gb:
+        for r in results:
+            if r.status == "graded":
+                nb = gb.find_submission_notebook(r.assignment, r.assignment, r.student)
+                scores[(r.student, r.assignment)] = {g.name: g.score for g in nb.grades}
+    return CourseGrading(workdir, results, rows, scores, seconds)

@@ -1,4 +1,4 @@
-"""Each answer is graded on its own, in every notebook.
+"""Each answer is graded on its own, in every notebook, and two independent gradings agree.
 
 For each solution cell, the release's stub (``raise NotImplementedError()``) replaces it
 while every other answer stays solved: exactly the test cells that follow it (up to the
@@ -7,88 +7,163 @@ exactly that answer's points, and the untouched release scores zero.
 
 To stay quick, one kernel per notebook runs only what grading needs: the locked set-up
 cells (imports, configuration, test helpers), the answers and the tests; the
-demonstrations in between are skipped.
+demonstrations in between are skipped. In that kernel:
+
+1. on one core (as on a small JupyterHub pod): the set-up cells and the solution, every
+   answer and every test; no test may fail, and none may write to stderr, because
+   nbgrader scores a test cell with stderr output zero (DataLoader warns there when a
+   loader has more workers than the machine has cores);
+2. for each answer, its stub, then the answers and tests after it (the cells before it
+   run before it exists, in the grader too), then the answer again;
+3. the release: every answer stubbed, every test.
+
+The pass/fail of each test in 1 and 3 is then compared with the points nbgrader gave each
+test cell in the session's grading of the solution and of the release (``course_grading``):
+two independent runs of the same tests, which must agree.
 """
 
 from __future__ import annotations
 
-import copy
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[1]
-NAMES = sorted(p.name for p in (ROOT / "solutions").iterdir() if list(p.glob("*.ipynb")))
+from grading_fixtures import (
+    ALL_CORES,
+    ONE_CORE,
+    RELEASE,
+    SOLUTIONS,
+    OneKernel,
+    error_of,
+    grade_id,
+    graded_test_ids,
+    is_answer,
+    is_setup,
+    is_test,
+    own_tests,
+    points_by_test,
+    stderr_of,
+)
 
-pytestmark = pytest.mark.slow
+NAMES = sorted(p.name for p in SOLUTIONS.iterdir() if list(p.glob("*.ipynb")))
 
-
-def _meta(cell) -> dict:
-    return cell.metadata.get("nbgrader", {})
-
-
-def _is_test(cell) -> bool:
-    return cell.cell_type == "code" and _meta(cell).get("grade") and not _meta(cell).get("solution")
-
-
-def _is_answer(cell) -> bool:
-    return cell.cell_type == "code" and bool(_meta(cell).get("solution"))
-
-
-def _is_setup(cell) -> bool:
-    m = _meta(cell)
-    return cell.cell_type == "code" and bool(m) and m.get("locked") and not m.get("grade") and not m.get("solution")
+pytestmark = pytest.mark.notebook
 
 
-def own_tests(cells) -> dict[str, list[str]]:
-    """For each answer's grade id, the grade ids of the tests that follow it."""
-    owner, out = None, {}
-    for cell in cells:
-        if _is_answer(cell):
-            owner = _meta(cell)["grade_id"]
-            out[owner] = []
-        elif _is_test(cell) and owner:
-            out[owner].append(_meta(cell)["grade_id"])
-    return out
+@dataclass
+class Run:
+    """What the tests of one notebook did in its one kernel."""
+
+    name: str
+    owners: dict[str, list[str]]  # answer -> its own tests
+    tests: list[str]
+    points: dict[str, float]
+    setup_errors: dict[str, str] = field(default_factory=dict)
+    solution_failed: dict[str, str] = field(default_factory=dict)  # test -> error (pass 1)
+    solution_stderr: dict[str, str] = field(default_factory=dict)  # test -> stderr (pass 1)
+    stub_failed: dict[str, set[str]] = field(default_factory=dict)  # answer -> failed tests (pass 2)
+    release_failed: set[str] = field(default_factory=set)  # pass 3
 
 
-def failing_tests(client: NotebookClient, cells, stub: dict[str, str]) -> set[str]:
-    """Run answers (with ``stub`` sources in place) and tests; the ids of tests that raised."""
-    failed = set()
-    for index, original in enumerate(cells):
-        if not (_is_answer(original) or _is_test(original)):
-            continue
-        cell = copy.deepcopy(original)
-        cell.source = stub.get(_meta(cell)["grade_id"], cell.source)
-        client.execute_cell(cell, index)
-        if _is_test(cell) and any(o.get("output_type") == "error" for o in cell.outputs):
-            failed.add(_meta(cell)["grade_id"])
-    return failed
+def run_notebook(name: str) -> Run:
+    solution = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", 4)
+    assert (RELEASE / name / f"{name}.ipynb").is_file(), f"{name} has no release: run `make release`"
+    release = nbformat.read(RELEASE / name / f"{name}.ipynb", 4)
+    stubs = {grade_id(c): c.source for c in release.cells if is_answer(c)}
+    cells = [c for c in solution.cells if is_setup(c) or is_answer(c) or is_test(c)]
+    run = Run(name, own_tests(solution.cells), graded_test_ids(solution), points_by_test(solution))
+
+    def answers_and_tests(kernel: OneKernel, start: int, stub: dict[str, str]) -> dict[str, list]:
+        """Run the answers (``stub`` sources in place) and tests from cell ``start`` on;
+        the outputs of each test."""
+        outputs = {}
+        for c in cells[start:]:
+            if is_answer(c) or is_test(c):
+                out = kernel.run(stub.get(grade_id(c), c.source))
+                if is_test(c):
+                    outputs[grade_id(c)] = out
+        return outputs
+
+    with OneKernel(SOLUTIONS / name) as kernel:
+        kernel.run_ok(ONE_CORE, "putting the kernel on one core")
+        for c in cells:
+            if is_setup(c):
+                err = error_of(kernel.run(c.source))
+                if err:
+                    run.setup_errors[grade_id(c)] = err
+        if run.setup_errors:
+            return run
+        for gid, out in answers_and_tests(kernel, 0, {}).items():  # 1. the solution, one core
+            if error_of(out):
+                run.solution_failed[gid] = error_of(out)
+            if stderr_of(out).strip():
+                run.solution_stderr[gid] = stderr_of(out).strip()[:300]
+        kernel.run_ok(ALL_CORES, "putting the kernel back on its cores")
+        for index, c in enumerate(cells):  # 2. each answer stubbed alone
+            if is_answer(c):
+                answer = grade_id(c)
+                got = answers_and_tests(kernel, index, {answer: stubs[answer]})
+                run.stub_failed[answer] = {gid for gid, out in got.items() if error_of(out)}
+                kernel.run_ok(c.source, f"{answer} (put back)")
+        got = answers_and_tests(kernel, 0, stubs)  # 3. the release
+        run.release_failed = {gid for gid, out in got.items() if error_of(out)}
+    return run
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_each_answer_is_graded_alone(name):
-    solution = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", 4)
-    release = nbformat.read(ROOT / "notebooks" / name / f"{name}.ipynb", 4)
-    stubs = {_meta(c)["grade_id"]: c.source for c in release.cells if _is_answer(c)}
-    owners = own_tests(solution.cells)
-    assert owners and all(owners.values()), f"{name}: every answer needs tests after it: {owners}"
-    runnable = [c for c in solution.cells if _is_setup(c) or _is_answer(c) or _is_test(c)]
-    skeleton = nbformat.v4.new_notebook(cells=runnable, metadata=solution.metadata)
-    client = NotebookClient(skeleton, timeout=180, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(ROOT / "solutions" / name)}})
-    cells = copy.deepcopy(skeleton.cells)  # nbclient writes executed cells back into skeleton
-    with client.setup_kernel():
-        for index, cell in enumerate(cells):
-            if _is_setup(cell):
-                cell = copy.deepcopy(cell)
-                client.execute_cell(cell, index)
-                errors = [o for o in cell.outputs if o.get("output_type") == "error"]
-                assert not errors, f"{name}: set-up cell {_meta(cell)['grade_id']} raised {errors[0]['ename']}"
-        assert failing_tests(client, cells, {}) == set(), f"{name}: the solution fails its own tests"
-        for answer, tests in owners.items():
-            got = failing_tests(client, cells, {answer: stubs[answer]})
-            assert got == set(tests), (f"{name}: with {answer} left out, these tests failed: {sorted(got)}; "
-                                       f"expected exactly its own: {sorted(tests)}")
+@pytest.fixture(scope="module", params=NAMES)
+def one_kernel_run(request) -> Run:
+    return run_notebook(request.param)
+
+
+def test_every_answer_has_tests_and_set_up_runs(one_kernel_run):
+    run = one_kernel_run
+    assert run.owners and all(run.owners.values()), f"{run.name}: every answer needs tests after it: {run.owners}"
+    assert not run.setup_errors, f"{run.name}: set-up cells raised {run.setup_errors}"
+
+
+def test_solution_passes_every_test_on_one_core(one_kernel_run):
+    run = one_kernel_run
+    assert not run.setup_errors, f"{run.name}: set-up cells raised {run.setup_errors}"
+    assert run.solution_failed == {}, f"{run.name}: the solution fails its own tests: {run.solution_failed}"
+
+
+def test_no_test_cell_writes_to_stderr_on_one_core(one_kernel_run):
+    """nbgrader gives a test cell with any stderr output zero points, however it ended."""
+    run = one_kernel_run
+    assert not run.setup_errors, f"{run.name}: set-up cells raised {run.setup_errors}"
+    assert run.solution_stderr == {}, (
+        f"{run.name}: these test cells write to stderr on one core and would score 0: {run.solution_stderr}")
+
+
+def test_each_answer_is_graded_alone(one_kernel_run):
+    run = one_kernel_run
+    assert not run.setup_errors, f"{run.name}: set-up cells raised {run.setup_errors}"
+    wrong = {answer: (sorted(run.stub_failed.get(answer, ())), sorted(tests))
+             for answer, tests in run.owners.items() if run.stub_failed.get(answer) != set(tests)}
+    assert not wrong, (f"{run.name}: with one answer left out, (failed tests, expected exactly its own) "
+                       f"differ: {wrong}")
+
+
+def test_release_fails_every_test(one_kernel_run):
+    run = one_kernel_run
+    assert not run.setup_errors, f"{run.name}: set-up cells raised {run.setup_errors}"
+    passing = sorted(set(run.tests) - run.release_failed)
+    assert not passing, f"{run.name}: these tests pass on the untouched release (no student code): {passing}"
+
+
+@pytest.mark.grading
+def test_same_scores_as_the_session_grading(one_kernel_run, course_grading):
+    """The tests that passed here are exactly the test cells nbgrader gave full points, for
+    the solution and for the release: the same score twice, from two independent runs."""
+    run = one_kernel_run
+    for student, failed in (("ada_solution", set(run.solution_failed)), ("bob_untouched", run.release_failed)):
+        scores = course_grading.cell_scores.get((student, run.name))
+        assert scores is not None, f"nbgrader did not grade {student}/{run.name}"
+        full = {gid for gid in run.tests if scores.get(gid) == run.points[gid]}
+        zero = {gid for gid in run.tests if scores.get(gid) == 0}
+        assert full | zero == set(run.tests), f"{student}/{run.name}: partial or missing points {scores}"
+        passed = set(run.tests) - failed
+        assert full == passed, (f"{student}/{run.name}: nbgrader gave full points to {sorted(full)}, "
+                                f"but these passed in one kernel: {sorted(passed)}")

@@ -35,18 +35,19 @@ def values(path):
 
 def test_only_replaces_its_own_figures_and_keeps_the_others(fake_benches, tmp_path):
     out = tmp_path / "bench.json"
-    assert bench.main(["--output", str(out)]) == 0
-    assert values(out) == {"a figure": 1.0, "b figure": 10.0}
-    assert bench.main(["--output", str(out), "--only", "a"]) == 0
-    assert values(out) == {"a figure": 2.0, "b figure": 10.0}
+    assert bench.main(["--output", str(out)]) == 0, "every bench ran"
+    assert values(out) == {"a figure": 1.0, "b figure": 10.0}, values(out)
+    assert bench.main(["--output", str(out), "--only", "a"]) == 0, "bench a ran again"
+    assert values(out) == {"a figure": 2.0, "b figure": 10.0}, f"a replaced, b kept: {values(out)}"
 
 
 def test_a_failed_bench_is_reported_and_loses_no_other_figure(fake_benches, tmp_path, capsys):
     out = tmp_path / "bench.json"
-    assert bench.main(["--output", str(out)]) == 0
-    assert bench.main(["--output", str(out), "--only", "a", "broken"]) == 1
+    assert bench.main(["--output", str(out)]) == 0, "every bench ran"
+    assert bench.main(["--output", str(out), "--only", "a", "broken"]) == 1, "a failed bench exits 1"
     data = json.loads(out.read_text())
-    assert {f["name"] for f in data["figures"]} == {"a figure", "b figure"}
-    assert len(data["failed"]) == 1 and "no data" in data["failed"][0]
-    assert "FAILED broken" in capsys.readouterr().err
-    assert not out.with_suffix(".tmp").exists()
+    assert {f["name"] for f in data["figures"]} == {"a figure", "b figure"}, f"no figure lost: {data}"
+    assert len(data["failed"]) == 1 and "no data" in data["failed"][0], f"the failure is recorded: {data}"
+    err = capsys.readouterr().err
+    assert "FAILED broken" in err, f"the failure is reported: {err!r}"
+    assert not out.with_suffix(".tmp").exists(), "no temporary file is left behind"

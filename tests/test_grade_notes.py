@@ -31,8 +31,9 @@ def test_a_test_cell_that_only_wrote_to_stderr_is_explained(tmp_path):
 
 
 def test_stderr_outside_graded_cells_costs_nothing_and_is_not_noted(tmp_path):
-    assert _notes(tmp_path, _cell("plot_sweep", [warning()], graded=False),
-                  _cell("test_quiet", [new_output("stream", name="stdout", text="fine\n")])) == []
+    notes = _notes(tmp_path, _cell("plot_sweep", [warning()], graded=False),
+                   _cell("test_quiet", [new_output("stream", name="stdout", text="fine\n")]))
+    assert notes == [], f"stderr of an ungraded cell and stdout of a test cost nothing: {notes}"
 
 
 def test_errors_are_noted_once_per_cell(tmp_path):

@@ -1,37 +1,30 @@
 """Notebook 01's autograded tests catch the mistakes students really make.
 
-For each mistake we build a *mutant* of the solution notebook: the solution cell of one
-function is replaced by a buggy version written below. A mutant runs only what grading
-needs (the import, configuration and test-helper cells, the solution cells and the test
-cells; not the demos), in a fresh kernel of its own. We then check that at least one of the
-test cells written for that mistake fails, that the correct solution passes every test
-cell, and that the untouched release (solution bodies replaced by
-``raise NotImplementedError()``, as nbgrader does) fails every test cell.
-
-The kernels run two at a time: starting one and importing torch costs a few seconds, and
-most of that is CPU work of a single process.
+For each mistake, a *mutant*: the solution cell of one function replaced by a buggy
+version written below. Everything runs in ONE kernel: the set-up cells (imports,
+configuration, test helpers) and the solution cells run once, and every test cell passes
+on the solution; then, for each mutant, its buggy cell is run in place of the solution
+cell, the test cells written for that mistake are run (at least one must fail), the
+solution cell is run again, and the same test cells must pass again: so a mistake is
+caught by the tests, not by something an earlier mutant left behind. The untouched
+release fails every test cell: tests/test_answers_graded_alone.py checks that, for every
+notebook.
 """
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import os
-import re
 import textwrap
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-pytestmark = pytest.mark.slow
+from grading_fixtures import SOLUTIONS, OneKernel, error_of, grade_id, graded_test_ids, is_answer, is_setup
 
-REPO = Path(__file__).resolve().parents[1]
-NOTEBOOK = REPO / "solutions" / "01_dataset" / "01_dataset.ipynb"
-SETUP_CELLS = ("imports", "config", "test_helpers")
+pytestmark = pytest.mark.notebook
+
+NOTEBOOK = SOLUTIONS / "01_dataset" / "01_dataset.ipynb"
 CELL_TIMEOUT_S = 120
-PARALLEL_KERNELS = max(1, min(2, os.cpu_count() or 1))
 
 
 # --------------------------------------------------------------------------- the mutants
@@ -256,125 +249,72 @@ MUTANTS: dict[str, tuple[str, str, set[str]]] = {
 # --------------------------------------------------------------------------- running them
 
 
-def _nbgrader(cell) -> dict:
-    return cell.metadata.get("nbgrader", {})
+@dataclass
+class Outcomes:
+    """What happened in the one kernel."""
 
-
-def _is_solution(cell) -> bool:
-    return cell.cell_type == "code" and bool(_nbgrader(cell).get("solution"))
-
-
-def _is_test(cell) -> bool:
-    return cell.cell_type == "code" and bool(_nbgrader(cell).get("grade"))
-
-
-def _grading_notebook(replace: dict[str, str] | None = None):
-    """The solution notebook cut down to what grading runs, with some solution cells replaced."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    replace = dict(replace or {})
-    cells = []
-    for cell in nb.cells:
-        grade_id = _nbgrader(cell).get("grade_id")
-        if cell.cell_type != "code":
-            continue
-        if grade_id in SETUP_CELLS or _is_test(cell) or _is_solution(cell):
-            cell = copy.deepcopy(cell)
-            if grade_id in replace:
-                cell.source = replace.pop(grade_id)
-            cells.append(cell)
-    assert not replace, f"no solution cells with grade_ids {sorted(replace)} in {NOTEBOOK}"
-    nb.cells = cells
-    return nb
-
-
-def _release_source(source: str) -> str:
-    """What nbgrader leaves of a solution cell: each solution region becomes a stub."""
-    pattern = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION[ \t]*$", re.S | re.M)
-    stubbed, n = pattern.subn(lambda m: f"{m.group(1)}# YOUR CODE HERE\n{m.group(1)}raise NotImplementedError()", source)
-    assert n, f"no solution region in:\n{source}"
-    return stubbed
-
-
-def _release_notebook():
-    nb = _grading_notebook()
-    for cell in nb.cells:
-        if _is_solution(cell):
-            cell.source = _release_source(cell.source)
-    return nb
-
-
-def _errors(nb) -> dict[str, str]:
-    """grade_id (or cell index) -> 'Error: message' for every cell that raised."""
-    found = {}
-    for i, cell in enumerate(nb.cells):
-        for out in cell.get("outputs", []):
-            if out.output_type == "error":
-                found[_nbgrader(cell).get("grade_id", str(i))] = f"{out.ename}: {out.evalue}"[:200]
-    return found
-
-
-async def _execute_all(notebooks: dict[str, object]) -> dict[str, dict[str, str]]:
-    gate = asyncio.Semaphore(PARALLEL_KERNELS)
-
-    async def one(name, nb):
-        async with gate:
-            client = NotebookClient(
-                nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=True,
-                shutdown_kernel="immediate",
-                resources={"metadata": {"path": str(NOTEBOOK.parent)}},
-            )
-            await client.async_execute()
-        return name, _errors(nb)
-
-    pairs = await asyncio.gather(*(one(name, nb) for name, nb in notebooks.items()))
-    return dict(pairs)
+    setup_errors: dict[str, str] = field(default_factory=dict)  # set-up or solution cell -> error
+    correct_failed: dict[str, str] = field(default_factory=dict)  # test -> error, on the solution
+    mutant_errors: dict[str, str] = field(default_factory=dict)  # mutant -> error of its own cell
+    caught: dict[str, dict[str, str]] = field(default_factory=dict)  # mutant -> failed test -> error
+    not_restored: dict[str, dict[str, str]] = field(default_factory=dict)  # mutant -> test failing after
 
 
 @pytest.fixture(scope="module")
-def outcomes() -> dict[str, dict[str, str]]:
-    """Run the correct notebook, the release and every mutant; errors of each, by cell."""
-    notebooks = {"correct": _grading_notebook(), "release": _release_notebook()}
-    for name, (cell_id, source, _) in MUTANTS.items():
-        notebooks[name] = _grading_notebook({cell_id: source})
-    results = asyncio.run(_execute_all(notebooks))
-    for name, errors in results.items():  # shown with `pytest -s`: which tests caught what
-        print(f"{name:<52} fails {len(errors):>2}: {', '.join(sorted(errors)) or '-'}")
-    return results
-
-
-def _test_ids() -> list[str]:
+def mistakes() -> Outcomes:
+    """Set up once, then swap each mutant in, run its tests, and put the solution back."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    return [_nbgrader(c)["grade_id"] for c in nb.cells if _is_test(c)]
+    by_id = {grade_id(c): c for c in nb.cells if grade_id(c)}
+    found = Outcomes()
+    with OneKernel(NOTEBOOK.parent, timeout=CELL_TIMEOUT_S) as kernel:
+        for c in nb.cells:
+            if is_setup(c) or is_answer(c):
+                err = error_of(kernel.run(c.source))
+                if err:
+                    found.setup_errors[grade_id(c)] = err
+        if found.setup_errors:
+            return found
+        for gid in graded_test_ids(nb):
+            err = error_of(kernel.run(by_id[gid].source))
+            if err:
+                found.correct_failed[gid] = err
+        for name, (cell_id, source, designed) in MUTANTS.items():
+            err = error_of(kernel.run(source))
+            if err:
+                found.mutant_errors[name] = err
+            found.caught[name] = {}
+            for gid in sorted(designed & set(by_id)):
+                err = error_of(kernel.run(by_id[gid].source))
+                if err:
+                    found.caught[name][gid] = err
+            kernel.run_ok(by_id[cell_id].source, f"the solution of {cell_id} (put back)")
+            after = {gid: error_of(kernel.run(by_id[gid].source)) for gid in sorted(designed & set(by_id))}
+            found.not_restored[name] = {gid: err for gid, err in after.items() if err}
+    for name, errors in found.caught.items():  # shown with `pytest -s`: which tests caught what
+        print(f"{name:<52} caught by {', '.join(sorted(errors)) or '-'}")
+    return found
 
 
 def test_mutants_target_existing_test_cells():
-    ids = set(_test_ids())
+    ids = set(graded_test_ids(nbformat.read(NOTEBOOK, as_version=4)))
     for name, (_, _, designed) in MUTANTS.items():
         assert designed <= ids, f"mutant {name!r} names test cells that do not exist: {sorted(designed - ids)}"
 
 
-def test_correct_solution_passes_every_test(outcomes):
-    errors = outcomes["correct"]
-    assert not errors, f"the solution notebook fails these cells: {errors}"
-
-
-def test_release_fails_every_test(outcomes):
-    errors = outcomes["release"]
-    setup_errors = {k: v for k, v in errors.items() if k in SETUP_CELLS}
-    assert not setup_errors, f"the release's setup cells fail: {setup_errors}"
-    passing = [grade_id for grade_id in _test_ids() if grade_id not in errors]
-    assert not passing, f"these tests pass on the untouched release (no student code): {passing}"
+def test_correct_solution_passes_every_test(mistakes):
+    assert not mistakes.setup_errors, f"set-up or solution cells raised {mistakes.setup_errors}"
+    assert not mistakes.correct_failed, f"the solution notebook fails these tests: {mistakes.correct_failed}"
 
 
 @pytest.mark.parametrize("mutant", list(MUTANTS))
-def test_mistake_is_caught(outcomes, mutant):
+def test_mistake_is_caught(mistakes, mutant):
     cell_id, _, designed = MUTANTS[mutant]
-    errors = outcomes[mutant]
-    tests = set(_test_ids())
-    broken_setup = {k: v for k, v in errors.items() if k not in tests}
-    assert not broken_setup, f"mutant {mutant!r} does not even define its code: {broken_setup}"
-    caught = designed & set(errors)
-    assert caught, (
-        f"mistake {mutant!r} (in {cell_id}) passes the tests meant to catch it, {sorted(designed)}; "
-        f"tests that failed: {sorted(errors)}"
-    )
+    assert not mistakes.setup_errors, f"set-up or solution cells raised {mistakes.setup_errors}"
+    assert mutant not in mistakes.mutant_errors, \
+        f"mutant {mutant!r} does not even define its code: {mistakes.mutant_errors.get(mutant)}"
+    caught = mistakes.caught[mutant]
+    assert caught, (f"mistake {mutant!r} (in {cell_id}) passes the tests meant to catch it, "
+                    f"{sorted(designed)}")
+    assert not mistakes.not_restored[mutant], (
+        f"after mutant {mutant!r} the solution of {cell_id} was put back, yet these tests still fail "
+        f"(so the catch may not be the mutant's): {mistakes.not_restored[mutant]}")

@@ -1,16 +1,21 @@
-"""The nbgrader pipeline, with real nbgrader: release, autograde, feedback, grades CSV."""
+"""The nbgrader pipeline on the course's notebooks, with real nbgrader: release, autograde,
+feedback, grades CSV.
+
+Every test here that needs graded notebooks shares the session's one grading of the course
+(``course_grading`` in ``conftest.py``): the solutions and the untouched release, each
+notebook graded once.
+"""
 
 from __future__ import annotations
 
-import csv
 import json
-import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from feedgpu.workflows import grade, release
+from grading_fixtures import graded_test_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = release.assignments()
@@ -40,10 +45,11 @@ def test_release_has_no_solution_text_or_hidden_test(name):
     assert not outputs, f"{path.name}: the release must carry no outputs"
 
 
-@pytest.mark.slow
-def test_regenerated_release_equals_committed(tmp_path):
-    fresh = release.generate(tmp_path / "notebooks")
-    committed = ROOT / "notebooks"
+@pytest.mark.grading
+def test_regenerated_release_equals_committed(course_grading):
+    """The grader registers every assignment with nbgrader's generate_assignment, exactly as
+    `make release` does; its release must be the committed notebooks/."""
+    fresh, committed = course_grading.workdir / "release", ROOT / "notebooks"
     files = sorted(p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(committed) for p in committed.rglob("*") if p.is_file()), \
         "same files; run `make release`"
@@ -52,58 +58,50 @@ def test_regenerated_release_equals_committed(tmp_path):
             f"{rel} is out of date; run `make release` and commit notebooks/"
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Grade two students: one handing in the solutions, one the untouched release."""
-    base = tmp_path_factory.mktemp("class")
-    subs = base / "submitted"
+@pytest.mark.grading
+def test_solutions_get_full_marks(course_grading):
     for name in ASSIGNMENTS:
-        for student, origin in (("ada_solution", "solutions"), ("bob_untouched", "notebooks")):
-            dest = subs / student / name
-            dest.mkdir(parents=True)
-            shutil.copy(ROOT / origin / name / f"{name}.ipynb", dest)
-    (subs / "bob_untouched" / "not_an_assignment").mkdir()
-    results = grade.grade_class(subs, base / "grading", progress=False)
-    rows = list(csv.DictReader((base / "grading" / grade.CSV_NAME).open()))
-    return base / "grading", results, rows
-
-
-@pytest.mark.slow
-def test_solutions_execute_without_error(graded):
-    workdir, _, _ = graded
-    for name in ASSIGNMENTS:
-        nb = nbformat.read(workdir / "autograded" / "ada_solution" / name / f"{name}.ipynb", 4)
-        errors = [(i, o.get("ename"), o.get("evalue", "")[:200]) for i, c in enumerate(nb.cells)
-                  if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
-        assert not errors, f"{name}: cells that raised {errors}"
-
-
-@pytest.mark.slow
-def test_solutions_get_full_marks(graded):
-    _, _, rows = graded
-    ada = [r for r in rows if r["student"] == "ada_solution"]
-    assert sorted(r["assignment"] for r in ada) == ASSIGNMENTS
-    for r in ada:
+        r = course_grading.rows.get(("ada_solution", name))
+        assert r is not None, f"no grade for the solution of {name}: {sorted(course_grading.rows)}"
         assert r["status"] == "graded", r
-        assert float(r["max_code_score"]) > 0, f"{r['assignment']} has no autograded points"
+        assert float(r["max_code_score"]) > 0, f"{name} has no autograded points"
         assert float(r["code_score"]) == float(r["max_code_score"]), r
+        assert r["needs_manual_grade"] == "True", f"{name}: the written answer is left to grade by hand: {r}"
+        assert not r["notes"] and not r["flags"], f"{name}: nothing to note on the solution: {r}"
 
 
-@pytest.mark.slow
-def test_untouched_release_gets_zero_without_crashing(graded):
-    _, _, rows = graded
-    bob = [r for r in rows if r["student"] == "bob_untouched"]
-    assert sorted(r["assignment"] for r in bob) == ASSIGNMENTS, "the stray folder is skipped"
-    for r in bob:
+@pytest.mark.grading
+def test_untouched_release_gets_zero_without_crashing(course_grading):
+    bob = sorted(a for s, a in course_grading.rows if s == "bob_untouched")
+    assert bob == ASSIGNMENTS, f"the stray folder is skipped, every assignment graded: {bob}"
+    for name in ASSIGNMENTS:
+        r = course_grading.rows[("bob_untouched", name)]
         assert r["status"] == "graded", r
         assert float(r["code_score"]) == 0.0, r
         assert float(r["max_code_score"]) > 0, r
 
 
-@pytest.mark.slow
-def test_feedback_is_written_for_everyone(graded):
-    workdir, results, _ = graded
-    for r in results:
+@pytest.mark.grading
+def test_feedback_is_written_for_everyone(course_grading):
+    workdir = course_grading.workdir
+    for r in course_grading.results:
         html = workdir / "feedback" / r.student / r.assignment / f"{r.assignment}.html"
         assert html.is_file(), f"no feedback for {r.student}/{r.assignment}"
-        assert r.assignment in html.read_text()[:20000] or "Score" in html.read_text(), html
+        text = html.read_text()
+        assert r.assignment in text, f"{html} does not name its assignment"
+        assert f"{r.score} / {r.max_score}" in text, f"{html} does not show the score {r.score} / {r.max_score}"
+
+
+@pytest.mark.grading
+def test_grades_csv_and_status_agree_with_the_gradebook(course_grading):
+    """grades.csv has one row per submission, and the scores nbgrader recorded."""
+    workdir = course_grading.workdir
+    expected = {(s, a) for a in ASSIGNMENTS for s in ("ada_solution", "bob_untouched")}
+    assert set(course_grading.rows) == expected, sorted(course_grading.rows)
+    status = json.loads((workdir / grade.STATUS_NAME).read_text())
+    assert set(status) == {f"{s}/{a}" for s, a in expected}, sorted(status)
+    for (student, assignment), row in course_grading.rows.items():
+        tests = graded_test_ids(nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", 4))
+        scores = course_grading.cell_scores[(student, assignment)]
+        assert set(tests) <= set(scores), f"{student}/{assignment}: test cells without a grade"
+        assert float(row["code_score"]) == pytest.approx(sum(scores[t] for t in tests)), (student, assignment, row)

@@ -1,7 +1,8 @@
 """The course's notebooks: one per assignment, named like it, in solutions/ and notebooks/.
 
-That every solution notebook executes without an error is checked where nbgrader runs
-them anyway (tests/test_nbgrader_pipeline.py), so each runs once per test session.
+That every solution notebook executes without an error is checked on the session's one
+grading of the course (``course_grading`` in ``conftest.py``): nbgrader runs each solution
+once per test session, and that run is the check.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / "solutions").glob("*/*.ipynb"))
@@ -39,3 +41,14 @@ def test_every_notebook_opens_with_goals_and_ends_with_a_reflection():
         meta = last.metadata.get("nbgrader", {})
         assert last.cell_type == "markdown" and meta.get("grade") and meta.get("solution"), \
             f"{p.name}: end with a manually graded reflection"
+
+
+@pytest.mark.grading
+@pytest.mark.parametrize("name", [p.parent.name for p in SOLUTIONS])
+def test_solution_executes_without_error(course_grading, name):
+    nb = course_grading.autograded("ada_solution", name)
+    errors = [(i, o.get("ename"), o.get("evalue", "")[:200]) for i, c in enumerate(nb.cells)
+              if c.cell_type == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, f"{name}: cells that raised {errors}"
+    code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+    assert code and all(c.get("execution_count") for c in code), f"{name}: not every code cell ran"

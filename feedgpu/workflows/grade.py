@@ -1,22 +1,29 @@
 """Grade a class: every ``SUBMISSIONS/<student>/<assignment>/`` with nbgrader.
 
-Usage: ``feedgpu-grade SUBMISSIONS [--workdir grading] [--timeout 900]
+Usage: ``feedgpu-grade SUBMISSIONS [--workdir grading] [--source solutions] [--timeout 900]
 [--cell-timeout 120] [--memory-mb 4096] [--max-processes 48]``
 
 In a working folder (default ``grading/``, kept between runs so no grade is ever lost):
 
-1. every assignment of ``solutions/`` is registered in ``gradebook.db`` (the instructor's
-   tests, points and checksums), and its release is kept in ``release/``;
+1. every assignment of the source folder (default ``solutions/``) is registered in
+   ``gradebook.db`` (the instructor's tests, points and checksums) by one nbgrader run, and
+   its release is kept in ``release/``;
 2. each submission is copied to ``submitted/<student>/<assignment>/``, inspected (test
    cells renamed, repeated, edited or deleted; code that tries to switch tests off; see
    ``inspection.py``), and autograded by nbgrader alone, in its own process
    session with a time limit, a per-cell time limit, a memory limit and a process limit
    (``sandbox.py``); every process it started is killed afterwards. One broken
-   submission never stops the others;
-3. HTML feedback goes to ``feedback/<student>/<assignment>/``;
+   submission never stops the others. ``status.json`` and ``grades.csv`` are saved after
+   each submission, so an interrupted run keeps every grade it made;
+3. HTML feedback goes to ``feedback/<student>/<assignment>/``, made once for the whole class
+   after grading (one nbgrader run, not one per submission);
 4. ``grades.csv`` gets one row per student and assignment ever graded here: scores, the
    reason of a failure, the notes and flags of the inspection; ``status.json`` keeps the
    same per submission. A summary is printed.
+
+Each nbgrader run costs seconds before it does anything (it imports Jupyter, nbconvert and
+SQLAlchemy), so a class of ``n`` submissions costs ``n + 2`` runs: ``n`` autogrades, each
+alone in its sandbox, one registration and one feedback run.
 
 Grading runs the students' code. Run it on a machine (or in a container) you can afford
 to lose, without secrets and without network; see the README's instructor guide.
@@ -64,10 +71,10 @@ class Result:
     peak_memory_mb: float | None = None
 
 
-def _nbgrader_cmd(args: list[str], workdir: Path) -> list[str]:
+def _nbgrader_cmd(args: list[str], workdir: Path, source: Path = SOURCE) -> list[str]:
     return [str(NBGRADER), *args, "--log-level=WARN",
             f"--CourseDirectory.root={workdir}",
-            f"--CourseDirectory.source_directory={SOURCE}",
+            f"--CourseDirectory.source_directory={Path(source).resolve()}",
             f"--db=sqlite:///{workdir / 'gradebook.db'}"]
 
 
@@ -78,15 +85,29 @@ def _env() -> dict[str, str]:
     return env
 
 
-def register_assignments(workdir: Path, names: list[str]) -> None:
-    """Record each assignment's notebooks, cells and points in the gradebook."""
+def register_assignments(workdir: Path, names: list[str], source: Path = SOURCE) -> None:
+    """Record the assignments' notebooks, cells and points in the gradebook.
+
+    One nbgrader run registers every assignment of ``source`` (its assignment id ``*`` is a
+    pattern); only a failure on one of ``names`` is an error, so an assignment that is
+    being written cannot stop the grading of the others.
+
+    Raises:
+        RuntimeError: nbgrader could not register one of ``names``.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        out = run_limited(_nbgrader_cmd(["generate_assignment", name, "--force",
-                                         f"--CourseDirectory.release_directory={workdir / 'release'}"],
-                                        workdir), Limits(wall_s=600), cwd=ROOT, env=_env())
-        if out.returncode:
-            raise RuntimeError(f"nbgrader could not register {name}:\n{out.stderr[-2000:]}")
+    if not names:
+        return
+    released = workdir / "release"
+    for name in names:  # what is left from an earlier run must not pass for this one
+        shutil.rmtree(released / name, ignore_errors=True)
+    out = run_limited(_nbgrader_cmd(["generate_assignment", "*", "--force",
+                                     f"--CourseDirectory.release_directory={released}"],
+                                    workdir, source), Limits(wall_s=600), cwd=ROOT, env=_env())
+    missing = [name for name in names if not any((released / name).glob("*.ipynb"))]
+    if missing:
+        raise RuntimeError(f"nbgrader could not register {', '.join(missing)} from {source}:\n"
+                           f"{(out.stderr + out.stdout)[-2000:]}")
 
 
 def find_submissions(submissions: Path, known: list[str]) -> list[tuple[str, str]]:
@@ -163,42 +184,95 @@ def _prepare_copy(workdir: Path, submissions: Path, student: str, assignment: st
     return notes, flags
 
 
+def _unreadable(folder: Path) -> str:
+    """Why a notebook of ``folder`` cannot be graded at all (not JSON, not a notebook), or ''."""
+    import nbformat
+
+    for path in sorted(folder.glob("*.ipynb")):
+        try:
+            nbformat.read(path, as_version=4)
+        except Exception as err:  # noqa: BLE001 (any unreadable file is the student's problem)
+            return f"{path.name} is not a readable notebook ({type(err).__name__}): nothing could be graded"
+    return ""
+
+
 def grade_one(workdir: Path, submissions: Path, student: str, assignment: str,
-              limits: Limits, cell_timeout: float) -> Result:
-    """Autograde one submission and make its feedback; never raises for the student's faults."""
+              limits: Limits, cell_timeout: float, source: Path = SOURCE) -> Result:
+    """Autograde one submission; never raises for the student's faults.
+
+    Its feedback is made later, with everyone's (:func:`generate_feedback`); the feedback
+    of an earlier grading of it is removed now, so none is left that this grade contradicts.
+    """
     notes, flags = _prepare_copy(workdir, submissions, student, assignment)
+    shutil.rmtree(workdir / "feedback" / student / assignment, ignore_errors=True)
+    unreadable = _unreadable(workdir / "submitted" / student / assignment)
+    if unreadable:  # nbgrader would stop on it too, after seconds of starting up
+        shutil.rmtree(workdir / "autograded" / student / assignment, ignore_errors=True)
+        result = Result(student, assignment, "failed", reason=unreadable)
+        result.notes, result.flags = notes, flags
+        return result
     cmd = _nbgrader_cmd(["autograde", assignment, f"--student={student}", "--force",
                          "--OverwriteCells.add_missing_cells=True",
-                         f"--ExecutePreprocessor.timeout={int(cell_timeout)}"], workdir)
+                         f"--ExecutePreprocessor.timeout={int(cell_timeout)}"], workdir, source)
     out = run_limited(cmd, limits, cwd=ROOT, env=_env())
     failed = ""
     if out.killed_for:
         failed = describe(out, limits)
     elif out.returncode:
         failed = _reason(out.stderr + out.stdout)
-    if not failed:
-        run_limited(_nbgrader_cmd(["generate_feedback", assignment, f"--student={student}", "--force"],
-                                  workdir), Limits(wall_s=300), cwd=ROOT, env=_env())
     result = read_scores(workdir, student, assignment) if not failed else \
         Result(student, assignment, "failed", reason=failed)
     result.notes, result.flags = notes, flags
     result.seconds, result.peak_memory_mb = round(out.seconds, 2), round(out.peak_memory_mb, 1)
-    for graded in sorted((workdir / "autograded" / student / assignment).glob("*.ipynb")):
+    autograded = workdir / "autograded" / student / assignment
+    for graded in sorted(autograded.glob("*.ipynb")):
         result.notes += cell_errors(graded, cell_timeout)
+    if failed:  # a half-written notebook of a stopped run gets no feedback
+        shutil.rmtree(autograded, ignore_errors=True)
     return result
+
+
+def generate_feedback(workdir: Path, results: list[Result], source: Path = SOURCE) -> None:
+    """Write the HTML feedback of every graded submission in ``results``, in one nbgrader run.
+
+    nbgrader skips a submission whose feedback exists, and :func:`grade_one` removed the
+    feedback of each submission it graded, so the run converts exactly the new ones (and
+    any that an interrupted run left without). A graded submission that still has no
+    feedback afterwards gets a note that says why.
+    """
+    graded = [r for r in results if r.status == "graded"]
+    if not graded:
+        return
+    out = run_limited(_nbgrader_cmd(["generate_feedback", "*"], workdir, source),
+                      Limits(wall_s=300 + 10 * len(graded)), cwd=ROOT, env=_env())
+    for r in graded:
+        missing = [nb.name for nb in sorted((workdir / "autograded" / r.student / r.assignment).glob("*.ipynb"))
+                   if not (workdir / "feedback" / r.student / r.assignment / f"{nb.stem}.html").is_file()]
+        if missing:
+            why = describe(out, Limits(wall_s=300 + 10 * len(graded))) or _reason(out.stderr + out.stdout)
+            r.notes.append(f"no feedback was written for {', '.join(missing)}: {why}")
 
 
 def read_scores(workdir: Path, student: str, assignment: str) -> Result:
     """The scores nbgrader recorded for one submission."""
+    return read_all_scores(workdir, [(student, assignment)])[0]
+
+
+def read_all_scores(workdir: Path, pairs: list[tuple[str, str]]) -> list[Result]:
+    """The scores nbgrader recorded for each ``(student, assignment)``, read in one session."""
     from nbgrader.api import Gradebook, MissingEntry
 
+    results = []
     with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gb:
-        try:
-            sub = gb.find_submission(assignment, student)
-        except MissingEntry:
-            return Result(student, assignment, "failed", reason="no grades recorded")
-        return Result(student, assignment, "graded", sub.score, sub.max_score,
-                      sub.code_score, sub.max_code_score, sub.needs_manual_grade)
+        for student, assignment in pairs:
+            try:
+                sub = gb.find_submission(assignment, student)
+            except MissingEntry:
+                results.append(Result(student, assignment, "failed", reason="no grades recorded"))
+                continue
+            results.append(Result(student, assignment, "graded", sub.score, sub.max_score,
+                                  sub.code_score, sub.max_code_score, sub.needs_manual_grade))
+    return results
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -219,14 +293,11 @@ def save(workdir: Path, status: dict[str, dict]) -> None:
     Scores are read again from the gradebook, so written answers graded by hand in the
     formgrader since appear too.
     """
-    rows = []
-    for key in sorted(status):
-        saved = Result(**status[key])
-        if saved.status == "graded":
-            fresh = read_scores(workdir, saved.student, saved.assignment)
-            for name in ("score", "max_score", "code_score", "max_code_score", "needs_manual_grade"):
-                setattr(saved, name, getattr(fresh, name))
-        rows.append(saved)
+    rows = [Result(**status[key]) for key in sorted(status)]
+    graded = [r for r in rows if r.status == "graded"]
+    for saved, fresh in zip(graded, read_all_scores(workdir, [(r.student, r.assignment) for r in graded])):
+        for name in ("score", "max_score", "code_score", "max_code_score", "needs_manual_grade"):
+            setattr(saved, name, getattr(fresh, name))
     _write_atomically(workdir / STATUS_NAME, json.dumps(status, indent=1, sort_keys=True))
     names = [f.name for f in fields(Result)]
     with (workdir / (CSV_NAME + ".tmp")).open("w", newline="") as f:
@@ -240,26 +311,43 @@ def save(workdir: Path, status: dict[str, dict]) -> None:
 
 
 def grade_class(submissions: Path, workdir: Path, limits: Limits = Limits(),
-                cell_timeout: float = 120, progress: bool = True) -> list[Result]:
-    """Grade every submission under ``submissions``; return this run's results."""
+                cell_timeout: float = 120, progress: bool = True,
+                source: Path = SOURCE) -> list[Result]:
+    """Grade every submission under ``submissions``; return this run's results.
+
+    Args:
+        submissions: holds ``<student>/<assignment>/`` folders.
+        workdir: the grading folder (gradebook, copies, feedback, ``grades.csv``).
+        limits: what one submission's autograde may use (:class:`~.sandbox.Limits`).
+        cell_timeout: seconds one cell may run before it is interrupted.
+        progress: show a progress bar.
+        source: the instructor's assignments, ``<assignment>/<notebook>.ipynb`` with
+            solutions and hidden tests (default ``solutions/``).
+    """
     from tqdm.auto import tqdm
 
     submissions, workdir = Path(submissions).resolve(), Path(workdir).resolve()
+    source = Path(source).resolve()
     if not submissions.is_dir():
         raise FileNotFoundError(
             f"no submissions folder {submissions}: expected {submissions}/<student>/<assignment>/")
+    if not source.is_dir():
+        raise FileNotFoundError(
+            f"no assignments folder {source}: expected {source}/<assignment>/<notebook>.ipynb")
     workdir.mkdir(parents=True, exist_ok=True)
-    pairs = find_submissions(submissions, assignments())
-    register_assignments(workdir, sorted({a for _, a in pairs}))
+    pairs = find_submissions(submissions, assignments(source))
+    register_assignments(workdir, sorted({a for _, a in pairs}), source)
     status = load_status(workdir)
     results = []
     for student, assignment in tqdm(pairs, desc="grading", unit="submission", disable=not progress):
-        result = grade_one(workdir, submissions, student, assignment, limits, cell_timeout)
+        result = grade_one(workdir, submissions, student, assignment, limits, cell_timeout, source)
         results.append(result)
         status[f"{student}/{assignment}"] = asdict(result)
         save(workdir, status)  # after each one: an interrupted run keeps what it graded
-    if not pairs:
-        save(workdir, status)
+    generate_feedback(workdir, results, source)
+    for r in results:  # the notes of feedback that could not be written
+        status[f"{r.student}/{r.assignment}"] = asdict(r)
+    save(workdir, status)
     return results
 
 
@@ -281,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("submissions", type=Path)
     parser.add_argument("--workdir", type=Path, default=ROOT / "grading",
                         help="gradebook, copies, feedback and grades.csv (default grading/)")
+    parser.add_argument("--source", type=Path, default=SOURCE,
+                        help="the assignments with solutions and hidden tests (default solutions/)")
     parser.add_argument("--timeout", type=float, default=defaults.wall_s, help="seconds per submission")
     parser.add_argument("--cell-timeout", type=float, default=120, help="seconds per cell")
     parser.add_argument("--memory-mb", type=float, default=defaults.memory_mb,
@@ -296,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     limits = Limits(wall_s=args.timeout, memory_mb=args.memory_mb, max_processes=args.max_processes)
     try:
-        results = grade_class(args.submissions, args.workdir, limits, args.cell_timeout)
+        results = grade_class(args.submissions, args.workdir, limits, args.cell_timeout,
+                              source=args.source)
     except FileNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

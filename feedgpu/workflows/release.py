@@ -37,26 +37,36 @@ def assignments(source: Path = SOURCE) -> list[str]:
     return sorted(p.name for p in source.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
 
 
-def generate(dest: Path, names: list[str] | None = None) -> Path:
-    """Write the release of ``names`` (default: all) to ``dest``, replacing it whole.
+def generate(dest: Path, names: list[str] | None = None, source: Path = SOURCE) -> Path:
+    """Write the release of ``names`` (default: all) from ``source`` to ``dest``, replacing it whole.
+
+    All of them in one nbgrader run (its assignment id ``*`` is a pattern): each run of
+    nbgrader costs seconds before it does anything.
 
     Raises:
         subprocess.CalledProcessError: nbgrader failed on an assignment (``dest`` untouched).
     """
-    names = names or assignments()
+    source = Path(source).resolve()
+    every = assignments(source)
+    names = names or every
     dest = Path(dest).resolve()
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".release-", dir=dest.parent) as tmp:
         out = Path(tmp) / "release"
-        for name in names:
-            logger.info("generating %s", name)
+        for pattern in (["*"] if sorted(names) == every else names):
+            logger.info("generating %s", pattern)
             subprocess.run(
-                [str(NBGRADER), "generate_assignment", name, "--force", "--log-level=WARN",
+                [str(NBGRADER), "generate_assignment", pattern, "--force", "--log-level=WARN",
                  f"--CourseDirectory.root={ROOT}",
+                 f"--CourseDirectory.source_directory={source}",
                  f"--CourseDirectory.release_directory={out}",
                  f"--db=sqlite:///{Path(tmp) / 'gradebook.db'}"],
                 cwd=ROOT, check=True, env=nbgrader_env(),
             )
+        made = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+        if made != sorted(names):  # nbgrader goes on after a failed assignment
+            raise subprocess.CalledProcessError(1, "nbgrader generate_assignment",
+                                                f"released {made}, expected {sorted(names)}")
         if dest.exists():
             old = Path(tmp) / "old"
             dest.rename(old)

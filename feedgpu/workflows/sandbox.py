@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from ..measure.memory import memory_of
+
 logger = logging.getLogger(__name__)
 
 
@@ -84,13 +86,8 @@ def _memory_mb(procs: list[psutil.Process], proportional: bool = False) -> float
     process, so it overstates; PSS splits shared pages fairly but costs ~10 ms a process
     to read. The watchdog polls RSS and confirms with PSS before it kills.
     """
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_full_info().pss if proportional else p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return total / 2**20
+    # the course's memory probe reads both; PSS falls back to RSS where the platform has none
+    return memory_of(procs, "pss" if proportional else "rss", fallback="rss") / 2**20
 
 
 def kill_sessions(sessions: set[int]) -> int:

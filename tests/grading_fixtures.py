@@ -1,0 +1,176 @@
+"""Helpers for the tests that grade notebooks: nbgrader cell roles, student versions of a
+solution, and one Jupyter kernel that runs chosen cells of a notebook.
+
+Grading a whole notebook with nbgrader costs a start-up of nbgrader (seconds), a kernel
+and every demonstration in the notebook. The tests pay for that once per notebook (the
+session fixture ``course_grading`` in ``conftest.py``); everything else that needs to run
+answers and tests does it in one kernel per notebook, with :class:`OneKernel`.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "solutions"
+RELEASE = ROOT / "notebooks"
+#: The grader's fixture assignment: a tiny nbgrader source folder with one assignment.
+FIXTURE_SOURCE = Path(__file__).resolve().parent / "fixtures" / "source"
+TINY = "tiny"
+
+#: The nbgrader solution markers; a student's hand-in has none of them.
+SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
+
+
+# --------------------------------------------------------------------------- cell roles
+
+
+def meta(cell) -> dict:
+    """The cell's nbgrader metadata ({} for an ordinary cell)."""
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
+
+
+def grade_id(cell) -> str | None:
+    return meta(cell).get("grade_id")
+
+
+def is_answer(cell) -> bool:
+    """A code cell the student fills in."""
+    return cell.cell_type == "code" and bool(meta(cell).get("solution"))
+
+
+def is_test(cell) -> bool:
+    """An autograded test cell."""
+    return cell.cell_type == "code" and bool(meta(cell).get("grade")) and not meta(cell).get("solution")
+
+
+def is_setup(cell) -> bool:
+    """A locked code cell that is neither an answer nor a test: imports, configuration, helpers."""
+    m = meta(cell)
+    return cell.cell_type == "code" and bool(m.get("locked")) and not m.get("grade") and not m.get("solution")
+
+
+def cell(nb, gid: str):
+    """The cell of ``nb`` whose grade id is ``gid``."""
+    found = [c for c in nb.cells if grade_id(c) == gid]
+    assert len(found) == 1, f"expected one cell with grade id {gid!r}, found {len(found)}"
+    return found[0]
+
+
+def graded_test_ids(nb) -> list[str]:
+    return [grade_id(c) for c in nb.cells if is_test(c)]
+
+
+def answer_ids(nb) -> list[str]:
+    """Every cell a student fills in: code answers and written (markdown) answers."""
+    return [grade_id(c) for c in nb.cells if meta(c).get("solution")]
+
+
+def own_tests(cells) -> dict[str, list[str]]:
+    """For each code answer's grade id, the grade ids of the tests between it and the next answer."""
+    owner, out = None, {}
+    for c in cells:
+        if is_answer(c):
+            owner = grade_id(c)
+            out[owner] = []
+        elif is_test(c) and owner:
+            out[owner].append(grade_id(c))
+    return out
+
+
+def points_by_test(nb) -> dict[str, float]:
+    """Points of each autograded test cell, by grade id."""
+    return {grade_id(c): float(meta(c)["points"]) for c in nb.cells if is_test(c)}
+
+
+def strip_markers(source: str) -> str:
+    return "\n".join(line for line in source.splitlines() if line.strip() not in SOLUTION_MARKERS)
+
+
+def student_version(solution, released):
+    """The solution as a student hands it in: the released notebook (locked test cells,
+    no hidden tests) with every answer filled in, the written ones too, so they are left to
+    grade by hand."""
+    nb = nbformat.from_dict(copy.deepcopy(released))
+    answers = set(answer_ids(solution))
+    for c in nb.cells:
+        if grade_id(c) in answers:
+            c.source = strip_markers(cell(solution, grade_id(c)).source)
+    return nb
+
+
+def with_cell_after(nb, gid: str, source: str):
+    """A copy of ``nb`` with a new ordinary code cell right after the cell ``gid``."""
+    nb = nbformat.from_dict(copy.deepcopy(nb))
+    index = next(i for i, c in enumerate(nb.cells) if grade_id(c) == gid)
+    nb.cells.insert(index + 1, nbformat.v4.new_code_cell(source))
+    return nb
+
+
+def write_submission(subs: Path, student: str, assignment: str, nb) -> None:
+    (subs / student / assignment).mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, subs / student / assignment / f"{assignment}.ipynb")
+
+
+# --------------------------------------------------------------------------- one kernel
+
+
+def error_of(outputs) -> str | None:
+    """'Name: message' of the error in a cell's outputs, or None."""
+    for out in outputs:
+        if out.get("output_type") == "error":
+            return f"{out.get('ename')}: {out.get('evalue', '')}"[:300]
+    return None
+
+
+def stderr_of(outputs) -> str:
+    return "".join(out.get("text", "") for out in outputs
+                   if out.get("output_type") == "stream" and out.get("name") == "stderr")
+
+
+class OneKernel:
+    """One Jupyter kernel, started in ``folder``, that runs code cell by cell.
+
+    Use as a context manager; :meth:`run` returns the outputs of one cell. Cells run in
+    the order given, as the grader would run them, but any cell may be run again (a
+    correct answer put back after a wrong one).
+    """
+
+    def __init__(self, folder: Path, timeout: float = 180):
+        self.nb = nbformat.v4.new_notebook()
+        self.client = NotebookClient(self.nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                                     shutdown_kernel="immediate",
+                                     resources={"metadata": {"path": str(folder)}})
+        self._context = None
+
+    def __enter__(self) -> "OneKernel":
+        self._context = self.client.setup_kernel()
+        self._context.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._context.__exit__(*exc)
+
+    def run(self, source: str) -> list:
+        """Run ``source`` as one cell; its outputs."""
+        self.nb.cells = [nbformat.v4.new_code_cell(source)]  # nbclient writes outputs back here
+        self.client.execute_cell(self.nb.cells[0], 0)
+        return self.nb.cells[0].outputs
+
+    def run_ok(self, source: str, what: str) -> list:
+        """Run ``source``; it must not raise."""
+        outputs = self.run(source)
+        err = error_of(outputs)
+        assert err is None, f"{what} raised {err}"
+        return outputs
+
+
+#: Put the kernel (and every worker it starts from now on) on one core, as on a small
+#: JupyterHub pod; and back on the cores it had.
+ONE_CORE = ("import os as _os\n_CORES_BEFORE = _os.sched_getaffinity(0)\n"
+            "_os.sched_setaffinity(0, {min(_CORES_BEFORE)})")
+ALL_CORES = "_os.sched_setaffinity(0, _CORES_BEFORE)"
