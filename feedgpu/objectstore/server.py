@@ -46,7 +46,7 @@ SLOWDOWN_XML = (
 _CONTROL_PREFIX = "/moto-api/"
 
 #: A handler thread gives up on a silent client after this long, so stop() always ends.
-_SOCKET_TIMEOUT_S = 30.0
+_SOCKET_TIMEOUT_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
