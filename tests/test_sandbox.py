@@ -63,7 +63,7 @@ def test_orphans_and_new_sessions_are_killed_at_the_end():
     code = ("import subprocess, time\n"
             "subprocess.Popen(['sleep', '300'], start_new_session=True)\n"  # escapes the session
             "subprocess.Popen(['sh', '-c', 'sleep 301 &'])\n"  # an orphan, re-parented to init
-            "time.sleep(1)")
+            "time.sleep(3)")  # the watchdog must see the children while their parent lives (busy CI)
     o = run_limited([PY, "-c", code], Limits(wall_s=60))
     assert o.returncode == 0 and o.killed_for is None, o
     assert o.leftovers_killed >= 2, o.leftovers_killed
