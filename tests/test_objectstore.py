@@ -278,7 +278,8 @@ def test_stop_leaves_no_thread_and_frees_the_port():
         port = store.port
         assert _port_accepts(port), "the store listens while running"
         assert set(threading.enumerate()) - before, "the store runs in a thread of this process"
-    assert set(threading.enumerate()) == before, f"threads left behind: {set(threading.enumerate()) - before}"
+    left = {t for t in set(threading.enumerate()) - before if t.is_alive()}  # threads of earlier tests may end meanwhile
+    assert not left, f"threads left behind: {left}"
     assert not _port_accepts(port), "nothing listens on the port after stop"
     with socket.socket() as again:
         again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -308,7 +309,7 @@ def test_stop_ends_a_request_that_is_still_waiting():
     caller.join(timeout=20)
     client.close()
     assert not caller.is_alive() and outcome, "a request waiting out a 60 s latency ends when the store stops"
-    assert set(threading.enumerate()) == before, "no thread left behind"
+    assert not {t for t in set(threading.enumerate()) - before if t.is_alive()}, "no thread left behind"
 
 
 def test_one_store_per_process():
