@@ -51,3 +51,34 @@ def test_a_failed_bench_is_reported_and_loses_no_other_figure(fake_benches, tmp_
     err = capsys.readouterr().err
     assert "FAILED broken" in err, f"the failure is reported: {err!r}"
     assert not out.with_suffix(".tmp").exists(), "no temporary file is left behind"
+
+
+def test_every_notebook_from_05_has_its_bench():
+    """Notebooks 05 to 08 each have a section: gpu, memory, remote, distributed."""
+    assert {"gpu", "memory", "remote", "distributed"} <= set(bench.BENCHES), sorted(bench.BENCHES)
+
+
+def test_gpu_bench_says_why_it_measured_nothing_without_cuda():
+    """Without CUDA the GPU section is one figure, 0, with the reason (never silently absent)."""
+    from feedgpu.measure.pinning import cuda_skip_reason
+    from feedgpu.workflows.bench.gpu import bench_gpu
+
+    reason = cuda_skip_reason()
+    if reason is None:
+        pytest.skip("this machine has a CUDA GPU: the GPU bench measures for real")
+    figures = bench_gpu()
+    assert [(f["name"], f["value"]) for f in figures] == [("gpu available", 0.0)], figures
+    assert reason in figures[0]["note"], figures[0]["note"]
+
+
+def test_serialised_records_come_back_equal():
+    """The memory bench's buffer holds exactly the records of the list, in order."""
+    from feedgpu.workflows.bench.memory import _as_buffer
+    from feedgpu.workloads.annotations import make_annotations
+    from feedgpu.workloads.records import SerializedRecordDataset
+
+    records = make_annotations(50, seed=3)
+    buffer, offsets = _as_buffer(records)
+    dataset = SerializedRecordDataset(buffer, offsets)
+    assert [dataset[i] for i in range(len(dataset))] == records
+    assert len(offsets) == 51 and offsets[-1] == len(buffer)

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import COURSE_ROOT as ROOT
+from .. import COURSE_ROOT as ROOT
 
 Figure = dict  # {"name", "value", "unit", "note"}
 
@@ -308,7 +308,7 @@ def _class_of(students: int, names: list[str], root: Path) -> Path:
 
 def bench_grading(names: tuple[str, ...] = ("00_orientation", "01_dataset")) -> list[Figure]:
     """Grading one submission vs executing the notebook; peak memory while grading."""
-    from . import grade
+    from .. import grade
 
     executed = {f["name"].removeprefix("notebook "): f["value"] for f in bench_notebooks(names)}
     out = []
@@ -329,7 +329,7 @@ def bench_grading(names: tuple[str, ...] = ("00_orientation", "01_dataset")) -> 
 
 def bench_grading_class(students: int = 15) -> list[Figure]:
     """Time to grade a class: ``students`` x (00, 01) = 30 submissions of the solutions."""
-    from . import grade
+    from .. import grade
 
     with tempfile.TemporaryDirectory(dir=ROOT / "build") as tmp:
         subs = _class_of(students, ["00_orientation", "01_dataset"], Path(tmp))
@@ -342,6 +342,16 @@ def bench_grading_class(students: int = 15) -> list[Figure]:
             figure("peak grading memory, class", max(r.peak_memory_mb or 0 for r in results), "MB")]
 
 
+def _beyond_one_process() -> dict[str, Callable[[], list[Figure]]]:
+    """The benches of notebooks 05 to 08, each in its own module of this package."""
+    from .distributed import bench_distributed
+    from .gpu import bench_gpu
+    from .memory import bench_memory
+    from .remote import bench_remote
+
+    return {"memory": bench_memory, "gpu": bench_gpu, "remote": bench_remote, "distributed": bench_distributed}
+
+
 BENCHES: dict[str, Callable[[], list[Figure]]] = {
     "generation": bench_generation,
     "file_size": bench_file_size,
@@ -352,6 +362,7 @@ BENCHES: dict[str, Callable[[], list[Figure]]] = {
     "transfer": bench_transfer,
     "notebooks": bench_notebooks,
     "grading": bench_grading,
+    **_beyond_one_process(),
 }
 #: Long measurements, run only when named with --only.
 EXTRA: dict[str, Callable[[], list[Figure]]] = {"grading_class": bench_grading_class}
