@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from grading_fixtures import RELEASE, SOLUTIONS, student_version, write_submission
+from grading_fixtures import RELEASE, SOLUTIONS, course_notebooks, student_version, write_submission
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # people in an order that differs from sorted order, with mixed case
 TINY_PEOPLE = {"zoe_Last": 1, "Bob_B": 3, "alice_A": 2, "Carl_C": 1}
 
-ASSIGNMENTS = sorted(p.name for p in SOLUTIONS.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
+ASSIGNMENTS = course_notebooks()
 
 #: Seconds that a fixture may add to the first test that requests it (pytest-timeout
 #: counts a fixture's set-up in that test). Every test that requests one of these gets

@@ -38,6 +38,7 @@ from grading_fixtures import (
     OneKernel,
     error_of,
     grade_id,
+    course_notebooks,
     graded_test_ids,
     is_answer,
     is_setup,
@@ -47,7 +48,7 @@ from grading_fixtures import (
     stderr_of,
 )
 
-NAMES = sorted(p.name for p in SOLUTIONS.iterdir() if list(p.glob("*.ipynb")))
+NAMES = course_notebooks()
 
 pytestmark = pytest.mark.notebook
 
