@@ -151,7 +151,7 @@ def bench_loader(batch_size: int = 64, batches: int = 30, rounds: int = 5) -> li
             for w in (0, 1, 2, 4)]
     return out + _shared_memory_cost(batch_size) + [
         figure("loader speed-up 2 workers / 0", speedup, "x",
-               f"budget >= 1.8 on 2 cores; 1 thread per process; median of {rounds} paired rounds"),
+               f"1 thread per process; median of {rounds} paired rounds (the budget is the recommended pipeline's)"),
         figure(f"loader speed-up 2 workers / 0 with {default_threads} threads",
                speedup_default, "x", "the main process alone already spreads work over the cores"),
     ]
@@ -343,13 +343,15 @@ def bench_grading_class(students: int = 15) -> list[Figure]:
 
 
 def _beyond_one_process() -> dict[str, Callable[[], list[Figure]]]:
-    """The benches of notebooks 05 to 08, each in its own module of this package."""
+    """The recommended faces pipeline, and the benches of notebooks 05 to 08, each in its own module."""
     from .distributed import bench_distributed
     from .gpu import bench_gpu
     from .memory import bench_memory
+    from .pipeline import bench_pipeline
     from .remote import bench_remote
 
-    return {"memory": bench_memory, "gpu": bench_gpu, "remote": bench_remote, "distributed": bench_distributed}
+    return {"pipeline": bench_pipeline, "memory": bench_memory, "gpu": bench_gpu,
+            "remote": bench_remote, "distributed": bench_distributed}
 
 
 BENCHES: dict[str, Callable[[], list[Figure]]] = {

@@ -1,0 +1,100 @@
+"""The faces pipeline the course recommends, against the naive one, with the model's speed-ups.
+
+* naive: PIL decode + ``ToTensor`` in the dataset: float32 batches (46 MB for 64 faces).
+* recommended: ``torchvision.io.decode_jpeg``, ``uint8`` batches across processes (a
+  quarter of the bytes to hand over), the conversion to float left to where the step runs
+  (on a GPU it is nearly free, so it is not timed here).
+
+Both with 0 workers (PyTorch's default threads, what a student gets) and 2 workers. The
+budget: recommended with 2 workers at least 2.5x the naive default.
+
+The model is :func:`feedgpu.model.steady_state_time_per_batch`, fed with costs measured
+in one process on one thread: ``load_s``, a batch built with 0 workers; ``transfer_s``,
+what a worker pays more than a single process to put that batch into shared memory
+(a fresh shared segment against fresh private memory of the same size). Its predicted
+2-worker speed-up (against 0 workers on one thread) is compared with the measured one;
+budget: within 15%.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import Figure, figure
+
+BATCH_SIZE = 64
+BATCHES = 20
+ROUNDS = 3
+
+
+def _median_s(fn: Callable[[], Any], repeats: int = 10) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _handover_s(dtype: Any) -> float:
+    """Seconds a worker pays more than one process to write a batch: fresh shared vs fresh private memory."""
+    import torch
+
+    shape = (BATCH_SIZE, 3, 250, 250)
+    private = _median_s(lambda: torch.empty(shape, dtype=dtype).fill_(1))
+    shared = _median_s(lambda: torch.empty(shape, dtype=dtype).share_memory_().fill_(1))
+    return max(shared - private, 0.0)
+
+
+def bench_pipeline() -> list[Figure]:
+    """Naive vs recommended faces loader, 0 and 2 workers; the model's 2-worker speed-ups."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    import lfw_dataset
+    from feedgpu.measure.timing import time_loader
+    from feedgpu.model import steady_state_time_per_batch
+    from feedgpu.workloads.lfw import TensorLFWDataset
+
+    root = lfw_dataset.default_root("synthetic")
+    pipelines = {"naive": (lfw_dataset.LFWDataset(root, transform=lfw_dataset.default_transform()), torch.float32),
+                 "recommended": (TensorLFWDataset(root), torch.uint8)}
+    default_threads = torch.get_num_threads()
+    settings = [(0, default_threads), (0, 1), (2, 1)]
+    rates: dict[tuple[str, int, int], list[float]] = {}
+    try:
+        for _ in range(ROUNDS):  # interleaved, so a slow spell of the machine hits every setting
+            for name, (dataset, _) in pipelines.items():
+                for workers, threads in settings:
+                    torch.set_num_threads(threads)
+                    loader = DataLoader(dataset, batch_size=BATCH_SIZE, shuffle=True, num_workers=workers,
+                                        generator=torch.Generator().manual_seed(0))
+                    timing = time_loader(loader, batches=BATCHES, warmup=2, repeats=1)
+                    rates.setdefault((name, workers, threads), []).append(timing.items_per_s)
+        torch.set_num_threads(1)
+        handover = {name: _handover_s(dtype) for name, (_, dtype) in pipelines.items()}
+    finally:
+        torch.set_num_threads(default_threads)
+    rate = {k: statistics.median(v) for k, v in rates.items()}
+    note = f"batch {BATCH_SIZE}, median of {ROUNDS} interleaved rounds"
+    out = []
+    for name in pipelines:
+        out += [figure(f"pipeline {name}, 0 workers, {default_threads} threads", rate[(name, 0, default_threads)],
+                       "images/s", note),
+                figure(f"pipeline {name}, 0 workers, 1 thread", rate[(name, 0, 1)], "images/s", note),
+                figure(f"pipeline {name}, 2 workers", rate[(name, 2, 1)], "images/s", note)]
+        load_s = BATCH_SIZE / rate[(name, 0, 1)]
+        predicted = load_s / steady_state_time_per_batch(2, load_s, 0.0, handover[name])
+        measured = rate[(name, 2, 1)] / rate[(name, 0, 1)]
+        out += [figure(f"pipeline {name}: hand-over per batch", handover[name] * 1e3, "ms",
+                       "fresh shared memory minus fresh private memory, one thread"),
+                figure(f"pipeline {name}: 2-worker speed-up, measured", measured, "x", "against 0 workers, 1 thread"),
+                figure(f"pipeline {name}: 2-worker speed-up, model", predicted, "x",
+                       "steady_state_time_per_batch(2, load, 0, hand-over)"),
+                figure(f"pipeline {name}: model / measured", predicted / measured, "x", "budget 0.85 to 1.15")]
+    out.append(figure("pipeline recommended 2 workers / naive default", rate[("recommended", 2, 1)]
+                      / rate[("naive", 0, default_threads)], "x", "budget >= 2.5 on 2 cores"))
+    return out
