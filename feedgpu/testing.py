@@ -1,4 +1,4 @@
-"""Helpers for the notebooks' test cells: grade each answer on its own.
+"""Helpers for the notebooks' test cells: grade each answer on its own, and the student's own.
 
 A notebook asks for several functions, and a later one often calls an earlier one (the
 Dataset calls the folder scan). Its tests would then fail for the earlier mistake too,
@@ -6,10 +6,19 @@ and a student would lose the same points twice. In a test cell,
 ``with standing_in(globals(), find_people=reference):`` puts the course's reference in
 place of the earlier answer for the duration of the test, and puts the student's own
 function back afterwards, whatever happens.
+
+The course's package holds working versions of most answers (the notebooks' later cells
+use them), so an answer could be a one-line call of one. :data:`REFERENCES` names, for
+each answer, the course's code that does its job, and ``with without_references("answer"):``
+makes that code unusable while the answer's test runs: every call of it, under any name
+and through any alias, import or copy of the reference, raises :class:`ReferenceHidden`.
+The grader's inspection flags an answer that calls one of them, from the same table.
 """
 
 from __future__ import annotations
 
+import importlib
+import types
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import Any
@@ -17,6 +26,63 @@ from typing import Any
 from feedgpu.model import steady_state_time_per_batch
 
 _MISSING = object()
+
+#: For each answer (the grade id of its cell), the course's code that does that answer's
+#: job, as ``"module:attribute"``: a function, a class (all of its methods) or a method
+#: (``"module:Class.method"``). While the answer's tests run (:func:`without_references`),
+#: none of them can be called; the inspection of a submission flags an answer cell that
+#: uses one (:mod:`feedgpu.workflows.inspection`). Every answer with a reference in the
+#: course is listed; an answer no code of the course computes has no entry. Grade ids
+#: are unique across the course, so one table serves every notebook.
+REFERENCES: dict[str, tuple[str, ...]] = {
+    # 00_orientation
+    "time_per_step": ("feedgpu.testing:overlap_model", "feedgpu.model:steady_state_time_per_batch"),
+    # 01_dataset (Part D's tests stand the first three in for the student's Parts A to C)
+    "find_people": ("lfw_dataset:find_classes",),
+    "list_images": ("lfw_dataset:make_samples",),
+    "load_rgb": ("lfw_dataset:load_image",),
+    "faces_dataset": ("lfw_dataset:LFWDataset",),
+    # 02_workers
+    "measure": ("feedgpu.measure.timing:time_loader",),
+    "time_epochs": ("feedgpu.measure.timing:time_loader",),
+    # 03_prefetch_transfer
+    "time_per_batch": ("feedgpu.model:steady_state_time_per_batch", "feedgpu.testing:overlap_model"),
+    "workers_needed": ("feedgpu.model:steady_state_time_per_batch", "feedgpu.model:bottleneck_stage"),
+    "collate_to_tensor": ("feedgpu.workloads.arrays:collate_tensor",),
+    # 05_pinned_memory
+    "transfer_time_s": ("feedgpu.copies:LinearCost.time_s",),
+    "fit_transfer": ("feedgpu.copies:fit_linear_cost",),
+    "strategy_time_s": ("feedgpu.copies:strategy_time_s", "feedgpu.copies:predict_strategies",
+                        "feedgpu.simdevice:simulate_strategy"),
+    "loop_time_s": ("feedgpu.copies:training_loop_s",),
+    # 07_remote_storage
+    "predicted_items_per_s": ("feedgpu.remote_model:predicted_items_per_s",
+                              "feedgpu.remote_model:simulate_store"),
+    "fetch_all": ("feedgpu.workloads.remote:fetch_all",),
+    "fetch_with_retries": ("feedgpu.workloads.remote:fetch_with_retries",),
+    # 08_distributed
+    "shard_indices": ("feedgpu.distributed.shards:padded_indices",),
+    "shard_stream": ("feedgpu.distributed.shards:shard_by_rank_and_worker",),
+    "exact_accuracy": ("feedgpu.distributed.shards:exact_accuracy",),
+}
+
+
+class ReferenceHidden(Exception):
+    """An answer called the course's own code for the job it was asked to do.
+
+    Deliberately not a ``ValueError``, ``KeyError`` or ``TypeError``: a test that checks
+    that an answer rejects bad input must not pass because the reference was hidden.
+    """
+
+    def __init__(self, reference: str) -> None:
+        super().__init__(reference)
+        self.reference = reference
+
+    def __str__(self) -> str:
+        if " " in self.reference:  # re-raised from a DataLoader worker: already a sentence
+            return self.reference
+        return (f"the answer calls the course's reference {self.reference}, which is unavailable while "
+                f"this test runs: write your own")
 
 
 @contextmanager
@@ -43,6 +109,96 @@ def standing_in(namespace: MutableMapping[str, Any], **references: Any) -> Itera
                 namespace[name] = value
 
 
+def resolve(reference: str) -> Any:
+    """The object that ``"module:attribute"`` (or ``"module:Class.method"``) names, imported."""
+    module, _, path = reference.partition(":")
+    if not module or not path:
+        raise ValueError(f"a reference is written 'module:attribute', got {reference!r}")
+    obj: Any = importlib.import_module(module)
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _functions(obj: Any, name: str) -> Iterator[tuple[types.FunctionType, str]]:
+    """The Python functions that make up ``obj``: itself, or each method of a class."""
+    if isinstance(obj, types.FunctionType):
+        yield obj, name
+    elif isinstance(obj, type):
+        for attr, value in vars(obj).items():
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            elif isinstance(value, property):
+                for accessor in (value.fget, value.fset, value.fdel):
+                    if isinstance(accessor, types.FunctionType):
+                        yield accessor, f"{name}.{attr}"
+                continue
+            if isinstance(value, types.FunctionType):
+                yield value, f"{name}.{attr}"
+    else:
+        raise TypeError(f"{name} is a {type(obj).__name__}: only Python functions and classes can be hidden")
+
+
+def _raising_code(function: types.FunctionType, name: str) -> types.CodeType:
+    """Code that raises :class:`ReferenceHidden` naming ``name``, for ``function``'s place."""
+    if function.__closure__:
+        raise TypeError(f"{name} has a closure: hide the function that holds it instead")
+    source = (f"def stand_in(*args, **kwargs):\n"
+              f"    raise __import__('feedgpu.testing', fromlist=['ReferenceHidden']).ReferenceHidden({name!r})\n")
+    namespace: dict[str, Any] = {}
+    exec(compile(source, f"<hidden: {name}>", "exec"), namespace)  # noqa: S102 (our own constant source)
+    code = namespace["stand_in"].__code__
+    return code.replace(co_name=function.__code__.co_name, co_qualname=function.__qualname__)
+
+
+@contextmanager
+def hidden(*references: str) -> Iterator[None]:
+    """Make each ``"module:attribute"`` in ``references`` raise :class:`ReferenceHidden` in a block.
+
+    The function's code itself is swapped (and put back afterwards, whatever happens), not
+    a name that points to it: so every way of reaching it fails alike, whether an answer
+    imported it under another name, kept it in a default argument, a closure or a list,
+    subclassed the class, or calls it through other code of the course. DataLoader workers
+    started with *fork* inherit the swap; processes started with *spawn* import the course
+    afresh and do not, which is why every graded test calls the answer in the kernel.
+    """
+    swapped: list[tuple[types.FunctionType, types.CodeType, Any, Any]] = []
+    seen: set[int] = set()
+    try:
+        for reference in references:
+            for function, name in _functions(resolve(reference), reference.replace(":", ".")):
+                if id(function) in seen:
+                    continue
+                seen.add(id(function))
+                code = _raising_code(function, name)
+                swapped.append((function, function.__code__, function.__defaults__, function.__kwdefaults__))
+                function.__code__ = code
+                function.__defaults__, function.__kwdefaults__ = None, None
+        yield
+    finally:
+        for function, code, defaults, kwdefaults in reversed(swapped):
+            function.__code__ = code
+            function.__defaults__, function.__kwdefaults__ = defaults, kwdefaults
+
+
+@contextmanager
+def without_references(*answers: str) -> Iterator[None]:
+    """For a ``with`` block, the course's code listed for ``answers`` in :data:`REFERENCES`
+    cannot be called: an answer that delegates to it fails its tests.
+
+    Use it around a test cell's body: ``with without_references("time_per_batch"):``.
+    References that stand in for *other* answers (:func:`standing_in`) keep working.
+
+    Raises:
+        KeyError: an answer that has no entry in :data:`REFERENCES`.
+    """
+    unknown = [answer for answer in answers if answer not in REFERENCES]
+    if unknown:
+        raise KeyError(f"no course references listed for {unknown}; see feedgpu.testing.REFERENCES")
+    with hidden(*(ref for answer in answers for ref in REFERENCES[answer])):
+        yield
+
+
 def overlap_model(load_s: float, step_s: float, overlapped: bool) -> float:
     """Notebook 00's model: seconds per step, ``load + step`` in turns, ``max`` overlapped.
 
@@ -52,4 +208,3 @@ def overlap_model(load_s: float, step_s: float, overlapped: bool) -> float:
         ValueError: if a time is negative or not finite.
     """
     return steady_state_time_per_batch(1 if overlapped else 0, load_s, step_s)
-

@@ -19,7 +19,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from grading_fixtures import RELEASE, SOLUTIONS, course_notebooks, student_version, write_submission
+from grading_fixtures import (
+    DELEGATING,
+    RELEASE,
+    SOLUTIONS,
+    course_notebooks,
+    delegating_version,
+    student_version,
+    write_submission,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +43,7 @@ ASSIGNMENTS = course_notebooks()
 #: autogrades per course notebook; each grading budget is about four times what it
 #: takes on 2 busy cores.
 SESSION_BUDGET_S = {
-    "course_grading": 120 + 360 * len(ASSIGNMENTS),  # tests/conftest.py
+    "course_grading": 120 + 360 * len(ASSIGNMENTS) + 120 * (DELEGATING in ASSIGNMENTS),  # tests/conftest.py
     "tiny_class": 900,  # tests/test_grading_robust.py
     "one_kernel_run": 600,  # tests/test_answers_graded_alone.py (one notebook)
     "mistakes": 600,  # tests/test_nb01_mistakes.py
@@ -89,7 +97,9 @@ def tiny_lfw(tmp_path: Path) -> Path:
 @dataclass
 class CourseGrading:
     """The course graded once: ``ada_solution`` hands in every solution, ``bob_untouched``
-    every release notebook as it was given (and a stray folder that is no assignment)."""
+    every release notebook as it was given (and a stray folder that is no assignment),
+    ``cy_delegates`` the solution of :data:`DELEGATING` with each answer that the course's
+    own code could do written as a call of that code."""
 
     workdir: Path
     results: list  # grade.Result of this run
@@ -109,8 +119,8 @@ def course_grading(tmp_path_factory) -> CourseGrading:
     """Grade the course once per test session, with ``feedgpu-grade``'s defaults.
 
     This is the only whole-notebook run of each solution (it is also the check that each
-    executes without an error) and of each untouched release notebook; every test that
-    needs one of them shares it.
+    executes without an error), of each untouched release notebook and of the delegating
+    notebook; every test that needs one of them shares it.
     """
     from nbgrader.api import Gradebook
 
@@ -125,6 +135,8 @@ def course_grading(tmp_path_factory) -> CourseGrading:
         solution = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", 4)
         write_submission(subs, "ada_solution", name, student_version(solution, released))
         write_submission(subs, "bob_untouched", name, released)
+        if name == DELEGATING:
+            write_submission(subs, "cy_delegates", name, delegating_version(solution, released))
     (subs / "bob_untouched" / "not_an_assignment").mkdir()
     start = time.perf_counter()
     results = grade.grade_class(subs, base / "grading", progress=False)

@@ -41,6 +41,54 @@ TINY = "tiny"
 SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 
 
+#: The notebook that ``cy_delegates`` hands in to the session's grading (``conftest.py``),
+#: each answer that the course's own code could do written as a call of it (one notebook:
+#: a whole-notebook grading costs time; the one-kernel runs try every notebook's).
+DELEGATING = "00_orientation"
+
+#: Each answer of :data:`feedgpu.testing.REFERENCES` handed in as a call of the course's
+#: own code, in the ways a student could write it: an import under the answer's name, a
+#: module attribute, a default argument, a subclass, a one-line wrapper. Each would pass
+#: most of its tests if the references were not hidden while they run.
+DELEGATIONS: dict[str, str] = {
+    "time_per_step": "from feedgpu.testing import overlap_model as time_per_step",
+    "find_people": "import lfw_dataset\n\n\ndef find_people(root):\n    return lfw_dataset.find_classes(root)",
+    "list_images": ("import lfw_dataset\n\n\ndef list_images(root, class_to_idx, _samples=lfw_dataset.make_samples):\n"
+                    "    return _samples(root, class_to_idx)"),
+    "load_rgb": "from lfw_dataset import load_image as load_rgb",
+    "faces_dataset": "import lfw_dataset\n\n\nclass FacesDataset(lfw_dataset.LFWDataset):\n    pass",
+    "measure": ("def measure(loader, batches, warmup=2, repeats=3):\n"
+                "    timing = time_loader(loader, batches=batches, warmup=max(warmup - 1, 0), repeats=repeats)\n"
+                "    return timing.mean_s_per_batch, timing.std_s_per_batch"),
+    "time_epochs": ("def time_epochs(loader, epochs):\n    if epochs < 1:\n        raise ValueError(epochs)\n"
+                    "    timings = [time_loader(loader, warmup=0, repeats=1) for _ in range(epochs)]\n"
+                    "    return [(t.startup_s[0], t.startup_s[0] + t.s_per_batch[0] * t.n_batches[0]) for t in timings]"),
+    "time_per_batch": "time_per_batch = steady_state_time_per_batch",
+    "workers_needed": ("def workers_needed(load_s, step_s, transfer_s=0.0):\n"
+                       "    if step_s + transfer_s <= 0:\n        raise ValueError('no count keeps up')\n"
+                       "    return next(w for w in range(1, 10**6) if steady_state_time_per_batch(w, load_s, step_s, transfer_s)"
+                       " <= (step_s + transfer_s) * (1 + 1e-9))"),
+    "collate_to_tensor": "collate_to_tensor = collate_tensor",
+    "transfer_time_s": ("def transfer_time_s(nbytes, latency_s, bytes_per_s):\n"
+                        "    return LinearCost(latency_s, bytes_per_s).time_s(nbytes)"),
+    "fit_transfer": ("from feedgpu.copies import fit_linear_cost\n\n\ndef fit_transfer(nbytes, seconds):\n"
+                     "    cost = fit_linear_cost(nbytes, seconds).cost\n    return cost.latency_s, cost.bytes_per_s"),
+    "strategy_time_s": "from feedgpu.copies import strategy_time_s",
+    "loop_time_s": ("import feedgpu.copies as copies\n\n\ndef loop_time_s(n_batches, copy_s, compute_s, overlapped):\n"
+                    "    return copies.training_loop_s(n_batches, copy_s, compute_s, overlapped=overlapped)"),
+    "predicted_items_per_s": "from feedgpu.remote_model import predicted_items_per_s",
+    "fetch_all": "import feedgpu.workloads.remote as remote\n\nfetch_all = remote.fetch_all",
+    "fetch_with_retries": "from feedgpu.workloads.remote import fetch_with_retries",
+    "shard_indices": "from feedgpu.distributed.shards import padded_indices as shard_indices",
+    "shard_stream": ("from feedgpu.distributed.shards import shard_by_rank_and_worker as shard_stream\n\n\n"
+                     "def even_shard_stream(ids, rank, world_size, worker_id, num_workers):\n"
+                     "    share = shard_stream(ids, rank, world_size, worker_id, num_workers)\n"
+                     "    return share[: len(ids) // (world_size * num_workers)]"),
+    "exact_accuracy": ("from feedgpu.distributed.shards import exact_accuracy as _exact\n\n\n"
+                       "def exact_accuracy(pairs):\n    return _exact(pairs)[0]"),
+}
+
+
 # --------------------------------------------------------------------------- cell roles
 
 
@@ -115,6 +163,16 @@ def student_version(solution, released):
     for c in nb.cells:
         if grade_id(c) in answers:
             c.source = strip_markers(cell(solution, grade_id(c)).source)
+    return nb
+
+
+def delegating_version(solution, released):
+    """The solution as a student hands it in, with every answer that the course's own
+    code could do written as a call of that code (:data:`DELEGATIONS`)."""
+    nb = student_version(solution, released)
+    for c in nb.cells:
+        if is_answer(c) and grade_id(c) in DELEGATIONS:
+            c.source = DELEGATIONS[grade_id(c)]
     return nb
 
 

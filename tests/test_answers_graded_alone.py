@@ -15,22 +15,29 @@ demonstrations in between are skipped. In that kernel:
    loader has more workers than the machine has cores);
 2. for each answer, its stub, then the answers and tests after it (the cells before it
    run before it exists, in the grader too), then the answer again;
-3. the release: every answer stubbed, every test.
+3. each answer that the course's own code could do (``feedgpu.testing.REFERENCES``) written
+   as a delegation to that code (:data:`DELEGATIONS`), then its own tests: every one must
+   fail, because the reference is unavailable while they run (``ReferenceHidden``); then
+   the answer again;
+4. the release: every answer stubbed, every test.
 
-The pass/fail of each test in 1 and 3 is then compared with the points nbgrader gave each
+The pass/fail of each test in 1 and 4 is then compared with the points nbgrader gave each
 test cell in the session's grading of the solution and of the release (``course_grading``):
 two independent runs of the same tests, which must agree.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from feedgpu.testing import REFERENCES
 from grading_fixtures import (
+    DELEGATIONS,
     ALL_CORES,
     ONE_CORE,
     RELEASE,
@@ -52,7 +59,6 @@ NAMES = course_notebooks()
 
 pytestmark = pytest.mark.notebook
 
-
 @dataclass
 class Run:
     """What the tests of one notebook did in its one kernel."""
@@ -65,7 +71,8 @@ class Run:
     solution_failed: dict[str, str] = field(default_factory=dict)  # test -> error (pass 1)
     solution_stderr: dict[str, str] = field(default_factory=dict)  # test -> stderr (pass 1)
     stub_failed: dict[str, set[str]] = field(default_factory=dict)  # answer -> failed tests (pass 2)
-    release_failed: set[str] = field(default_factory=set)  # pass 3
+    delegated: dict[str, dict[str, str | None]] = field(default_factory=dict)  # answer -> test -> error (pass 3)
+    release_failed: set[str] = field(default_factory=set)  # pass 4
 
 
 def run_notebook(name: str) -> Run:
@@ -75,6 +82,7 @@ def run_notebook(name: str) -> Run:
     stubs = {grade_id(c): c.source for c in release.cells if is_answer(c)}
     cells = [c for c in solution.cells if is_setup(c) or is_answer(c) or is_test(c)]
     run = Run(name, own_tests(solution.cells), graded_test_ids(solution), points_by_test(solution))
+    cell_by_id = {grade_id(c): c for c in cells}
 
     def answers_and_tests(kernel: OneKernel, start: int, stub: dict[str, str]) -> dict[str, list]:
         """Run the answers (``stub`` sources in place) and tests from cell ``start`` on;
@@ -108,7 +116,14 @@ def run_notebook(name: str) -> Run:
                 got = answers_and_tests(kernel, index, {answer: stubs[answer]})
                 run.stub_failed[answer] = {gid for gid, out in got.items() if error_of(out)}
                 kernel.run_ok(c.source, f"{answer} (put back)")
-        got = answers_and_tests(kernel, 0, stubs)  # 3. the release
+        for c in cells:  # 3. each answer that could delegate, delegating
+            if is_answer(c) and grade_id(c) in REFERENCES:
+                answer = grade_id(c)
+                kernel.run_ok(DELEGATIONS[answer], f"the delegation of {answer}")
+                run.delegated[answer] = {gid: error_of(kernel.run(cell_by_id[gid].source))
+                                         for gid in run.owners[answer]}
+                kernel.run_ok(c.source, f"{answer} (put back)")
+        got = answers_and_tests(kernel, 0, stubs)  # 4. the release
         run.release_failed = {gid for gid, out in got.items() if error_of(out)}
     return run
 
@@ -152,6 +167,41 @@ def test_release_fails_every_test(one_kernel_run):
     assert not run.setup_errors, f"{run.name}: set-up cells raised {run.setup_errors}"
     passing = sorted(set(run.tests) - run.release_failed)
     assert not passing, f"{run.name}: these tests pass on the untouched release (no student code): {passing}"
+
+
+def test_an_answer_that_calls_the_course_reference_fails_every_test(one_kernel_run):
+    """A delegation to the course's own code scores nothing: each of its tests fails, and
+    fails because the reference was unavailable (not by chance)."""
+    run = one_kernel_run
+    assert not run.setup_errors, f"{run.name}: set-up cells raised {run.setup_errors}"
+    expected = sorted(answer for answer in run.owners if answer in REFERENCES)
+    assert sorted(run.delegated) == expected, f"{run.name}: delegations run {sorted(run.delegated)}, expected {expected}"
+    passed = {answer: sorted(gid for gid, err in tests.items() if err is None)
+              for answer, tests in run.delegated.items()}
+    assert not any(passed.values()), f"{run.name}: these tests pass for an answer that calls the reference: {passed}"
+    other = {gid: err for tests in run.delegated.values() for gid, err in tests.items()
+             if err and not err.startswith("ReferenceHidden")}
+    assert not other, f"{run.name}: these tests failed for another reason than the hidden reference: {other}"
+
+
+def test_every_answer_with_a_reference_hides_it_in_each_of_its_tests():
+    """The table of references and the solutions' test cells agree (no kernel needed): each
+    test of an answer listed in ``REFERENCES`` runs inside ``without_references(answer)``,
+    every listed answer exists, and each has a delegation to try."""
+    answers: dict[str, str] = {}
+    for name in NAMES:
+        solution = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", 4)
+        sources = {grade_id(c): c.source for c in solution.cells}
+        for answer, tests in own_tests(solution.cells).items():
+            assert answer not in answers, f"answer id {answer} in {answers.get(answer)} and {name}"
+            answers[answer] = name
+            if answer in REFERENCES:
+                missing = [t for t in tests if f'without_references("{answer}")' not in sources[t]]
+                assert not missing, f"{name}: these tests of {answer} do not hide its references: {missing}"
+                assert answer in DELEGATIONS, f"{name}: no delegation of {answer} to try"
+    if not os.environ.get("FEEDGPU_NOTEBOOKS"):  # the whole course: every listed answer is somewhere
+        unknown = sorted(set(REFERENCES) - set(answers))
+        assert not unknown, f"REFERENCES lists answers that no notebook has: {unknown}"
 
 
 @pytest.mark.grading

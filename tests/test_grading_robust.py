@@ -180,6 +180,24 @@ def test_dead_kernel_and_deaf_loop_say_why(tiny_class):
         rows["bad_swallow_interrupt"]
 
 
+def test_a_submission_that_could_not_be_graded_scores_zero_beside_its_reason(tiny_class):
+    """A kernel killed by the student's code (``os._exit``) stops nbgrader, which then
+    records no grade: the row says why, scores 0 of the assignment's points, and the
+    grades CSV has no empty score anywhere."""
+    rows = tiny_class["rows"]
+    good = rows["ada_good"]
+    dead = rows["bad_exit_kernel"]
+    assert dead["status"] == "failed" and "kernel died" in dead["reason"], dead
+    for field in ("score", "code_score"):
+        assert float(dead[field]) == 0.0, (field, dead)
+    for field in ("max_score", "max_code_score"):
+        assert float(dead[field]) == float(good[field]) > 0, (field, dead, good)
+    assert "kills or exits the kernel" in dead["flags"], f"the exit is flagged too: {dead['flags']}"
+    scores = ("score", "max_score", "code_score", "max_code_score", "needs_manual_grade")
+    empty = {student: [f for f in scores if row[f] == ""] for student, row in rows.items()}
+    assert not any(empty.values()), f"empty score cells in grades.csv: {empty}"
+
+
 @pytest.mark.parametrize("name", ["loop_forever", "hung_worker"])
 def test_a_cell_that_hangs_costs_that_cell_not_the_submission(tiny_class, name):
     row = tiny_class["rows"][f"bad_{name}"]

@@ -15,7 +15,17 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from feedgpu.workflows.inspection import inspect_and_repair, scan_code
+from feedgpu.testing import REFERENCES
+from feedgpu.workflows.inspection import find_delegations, inspect_and_repair, scan_code
+from grading_fixtures import (
+    RELEASE,
+    SOLUTIONS,
+    course_notebooks,
+    delegating_version,
+    grade_id,
+    is_answer,
+    student_version,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -62,12 +72,18 @@ def _answered() -> nbformat.NotebookNode:
     return nb
 
 
-def _inspect(tmp_path: Path, submitted: nbformat.NotebookNode):
+#: The tiny assignment's answer and the course code that would do its job (the course's
+#: table, feedgpu.testing.REFERENCES, is used for the real notebooks).
+REFS = {"double": ("feedgpu.model:steady_state_time_per_batch", "lfw_dataset:LFWDataset")}
+
+
+def _inspect(tmp_path: Path, submitted: nbformat.NotebookNode, references=None):
     release = tmp_path / "release.ipynb"
     mine = tmp_path / "submitted.ipynb"
     nbformat.write(_release(), release)
     nbformat.write(submitted, mine)
-    return inspect_and_repair(mine, release), nbformat.read(mine, as_version=4)
+    extra = {} if references is None else {"references": references}
+    return inspect_and_repair(mine, release, **extra), nbformat.read(mine, as_version=4)
 
 
 # --------------------------------------------------------------------------- inspect_and_repair
@@ -145,6 +161,40 @@ def test_tampering_in_an_answer_or_an_added_cell_is_flagged_with_its_place(tmp_p
     )
 
 
+def test_an_answer_that_calls_the_course_reference_is_flagged_with_the_reason(tmp_path):
+    nb = _answered()
+    _cell(nb, "double").source = ("from feedgpu.model import steady_state_time_per_batch as s\n\n"
+                                  "def double(x):\n    return s(0, x, x)")
+    report, _ = _inspect(tmp_path, nb, REFS)
+    expected = ("double: uses the course's reference feedgpu.model.steady_state_time_per_batch: "
+                "an answer must be the student's own")
+    assert report.flags == [expected], report.flags
+    assert report.notes == [], "a flag changes nothing else"
+
+
+def test_a_delegation_through_another_cell_is_flagged_where_the_answer_is(tmp_path):
+    nb = _answered()
+    nb.cells.insert(2, nbformat.v4.new_code_cell("import lfw_dataset\nhelper = lfw_dataset.LFWDataset"))
+    _cell(nb, "double").source = "def double(x):\n    return helper(x)"
+    report, _ = _inspect(tmp_path, nb, REFS)
+    assert "double: uses the course's reference lfw_dataset.LFWDataset: an answer must be the student's own" \
+        in report.flags, report.flags
+    rebinding = _answered()
+    rebinding.cells.append(nbformat.v4.new_code_cell("import feedgpu.model as m\ndouble = m.steady_state_time_per_batch"))
+    report, _ = _inspect(tmp_path, rebinding, REFS)
+    expected = ("an added cell: uses the course's reference feedgpu.model.steady_state_time_per_batch: "
+                "an answer must be the student's own")
+    assert report.flags == [expected], report.flags
+
+
+def test_an_own_answer_and_an_experiment_with_a_reference_are_not_flagged(tmp_path):
+    nb = _answered()
+    nb.cells.append(nbformat.v4.new_code_cell(  # comparing with the course's model is no delegation
+        "from feedgpu.model import steady_state_time_per_batch\nprint(steady_state_time_per_batch(1, 0.1, 0.2))"))
+    report, _ = _inspect(tmp_path, nb, REFS)
+    assert report.flags == [], report.flags
+
+
 def test_an_unchanged_release_cell_is_not_scanned(tmp_path):
     # The release's own code (here the setup cell) is the instructor's: never a flag,
     # whatever it contains.
@@ -196,6 +246,13 @@ def test_an_unreadable_notebook_gives_a_note_and_no_crash(tmp_path):
         ("import os\nquit_now = os.abort\nquit_now()", "kills or exits the kernel"),
         ("__import__('os')._exit(0)", "kills or exits the kernel"),
         ("exec('import os; os._exit(0)')", "kills or exits the kernel"),
+        ("from feedgpu.testing import REFERENCES\nREFERENCES.clear()", "changes the course's test helpers (feedgpu.testing)"),
+        ("import feedgpu.testing\nfeedgpu.testing.without_references = None",
+         "changes the course's test helpers (feedgpu.testing)"),
+        ("from feedgpu import testing as t\nsetattr(t, 'hidden', print)", "changes the course's test helpers (feedgpu.testing)"),
+        ("import contextlib\nwithout_references = lambda *a: contextlib.nullcontext()",
+         "changes the course's test helpers (feedgpu.testing)"),
+        ("def standing_in(namespace, **kw):\n    yield", "changes the course's test helpers (feedgpu.testing)"),
     ],
 )
 def test_scan_code_flags_each_tamper_pattern(source, what):
@@ -213,6 +270,7 @@ def test_scan_code_flags_each_tamper_pattern(source, what):
         "text = 'os._exit and sys.excepthook are only words in a string'",
         "# AssertionError = Exception  (a comment)\nassert 1 + 1 == 2, 'arithmetic'",
         "import sys\nprint('numpy' in sys.modules)",
+        "from feedgpu.testing import standing_in, without_references\nwith without_references('x'):\n    pass",
     ],
 )
 def test_scan_code_does_not_flag_ordinary_code(source):
@@ -235,3 +293,66 @@ def test_scan_code_reports_each_finding_once_in_a_fixed_order():
     assert scan_code(source) == ["modifies builtins", "redefines AssertionError", "kills or exits the kernel"], (
         f"one sentence per kind, in the order of TAMPER_PATTERNS: {scan_code(source)}"
     )
+
+
+# --------------------------------------------------------------------------- find_delegations
+
+MODEL = "feedgpu.model:steady_state_time_per_batch"
+IMPORTS = ("import lfw_dataset\nfrom feedgpu.model import simulate, steady_state_time_per_batch\n"
+           "from feedgpu.copies import LinearCost")
+
+
+@pytest.mark.parametrize(
+    ("source", "reference"),
+    [
+        ("time_per_batch = steady_state_time_per_batch", MODEL),  # the imports cell's name
+        ("from feedgpu.model import steady_state_time_per_batch as f", MODEL),
+        ("import feedgpu.model as m\ndef f(*a):\n    return m.steady_state_time_per_batch(*a)", MODEL),
+        ("from feedgpu.testing import steady_state_time_per_batch", MODEL),  # re-exported
+        ("import importlib\nf = importlib.import_module('feedgpu.model').steady_state_time_per_batch", MODEL),
+        ("import feedgpu.model\nf = getattr(feedgpu.model, 'steady_state_time_per_batch')", MODEL),
+        ("from feedgpu.model import *\ndef f(*a):\n    return steady_state_time_per_batch(*a)", MODEL),
+        ("def find_people(root):\n    return lfw_dataset.find_classes(root)", "lfw_dataset:find_classes"),
+        ("class FacesDataset(lfw_dataset.LFWDataset):\n    pass", "lfw_dataset:LFWDataset"),
+        ("def t(n, l, b):\n    return LinearCost(l, b).time_s(n)", "feedgpu.copies:LinearCost.time_s"),
+    ],
+)
+def test_find_delegations_finds_each_way_of_reaching_a_reference(source, reference):
+    found = find_delegations(source, [reference], context=[IMPORTS])
+    assert found == [reference.replace(":", ".")], f"{source!r}: {found}"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def time_per_batch(w, load_s, step_s):\n    return load_s + step_s if w == 0 else max(step_s, load_s / w)",
+        "def f(root):\n    samples = lfw_dataset.find_classes_of_mine(root)\n    return samples",
+        "text = 'steady_state_time_per_batch is only a word here'  # lfw_dataset.find_classes",
+        "def find_classes(root):\n    return sorted(root)\nfind_classes('ab')",  # the student's own, same name
+        "x = simulate(1, 0.1, 0.2).total_s",  # another function of the same module
+    ],
+)
+def test_find_delegations_leaves_own_code_alone(source):
+    references = [MODEL, "lfw_dataset:find_classes", "feedgpu.copies:LinearCost.time_s"]
+    assert find_delegations(source, references, context=[IMPORTS]) == [], source
+
+
+# --------------------------------------------------------------------------- the course's notebooks
+
+
+@pytest.mark.parametrize("name", course_notebooks())
+def test_the_course_delegations_are_flagged_and_its_solutions_are_not(tmp_path, name):
+    """With the course's table of references: each answer of the delegating version of a
+    notebook (tests/grading_fixtures.py) is flagged, once, with its reference; the solution
+    is neither flagged nor noted."""
+    solution = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", 4)
+    release = RELEASE / name / f"{name}.ipynb"
+    released = nbformat.read(release, 4)
+    mine = tmp_path / f"{name}.ipynb"
+    nbformat.write(student_version(solution, released), mine)
+    report = inspect_and_repair(mine, release)
+    assert report.flags == [] and report.notes == [], f"{name}: the solution: {report.flags} {report.notes}"
+    nbformat.write(delegating_version(solution, released), mine)
+    flagged = [flag.split(":")[0] for flag in inspect_and_repair(mine, release).flags]
+    delegated = [grade_id(c) for c in solution.cells if is_answer(c) and grade_id(c) in REFERENCES]
+    assert flagged == delegated, f"{name}: flagged {flagged}, delegated {delegated}"

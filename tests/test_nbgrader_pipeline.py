@@ -14,8 +14,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from feedgpu.testing import REFERENCES
 from feedgpu.workflows import grade, release
-from grading_fixtures import graded_test_ids
+from grading_fixtures import DELEGATING, DELEGATIONS, graded_test_ids, own_tests, points_by_test
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = release.assignments()
@@ -97,6 +98,7 @@ def test_grades_csv_and_status_agree_with_the_gradebook(course_grading):
     """grades.csv has one row per submission, and the scores nbgrader recorded."""
     workdir = course_grading.workdir
     expected = {(s, a) for a in ASSIGNMENTS for s in ("ada_solution", "bob_untouched")}
+    expected |= {("cy_delegates", a) for a in ASSIGNMENTS if a == DELEGATING}
     assert set(course_grading.rows) == expected, sorted(course_grading.rows)
     status = json.loads((workdir / grade.STATUS_NAME).read_text())
     assert set(status) == {f"{s}/{a}" for s, a in expected}, sorted(status)
@@ -105,3 +107,26 @@ def test_grades_csv_and_status_agree_with_the_gradebook(course_grading):
         scores = course_grading.cell_scores[(student, assignment)]
         assert set(tests) <= set(scores), f"{student}/{assignment}: test cells without a grade"
         assert float(row["code_score"]) == pytest.approx(sum(scores[t] for t in tests)), (student, assignment, row)
+
+
+@pytest.mark.grading
+def test_a_delegating_answer_earns_none_of_its_points_and_is_flagged(course_grading):
+    """``cy_delegates`` answers with calls of the course's references: nbgrader gives each
+    test of such an answer 0 points (the references are unavailable while it runs), the
+    other answers keep theirs, and the inspection flags each delegation with its reason."""
+    if DELEGATING not in ASSIGNMENTS:
+        pytest.skip(f"{DELEGATING} is not graded in this session (FEEDGPU_NOTEBOOKS)")
+    row = course_grading.rows[("cy_delegates", DELEGATING)]
+    solution = nbformat.read(ROOT / "solutions" / DELEGATING / f"{DELEGATING}.ipynb", 4)
+    owners, points = own_tests(solution.cells), points_by_test(solution)
+    delegated = [answer for answer in owners if answer in DELEGATIONS]
+    lost = {test for answer in delegated for test in owners[answer]}
+    assert delegated and lost, f"{DELEGATING} has no answer to delegate: {owners}"
+    scores = course_grading.cell_scores[("cy_delegates", DELEGATING)]
+    assert {t: scores[t] for t in lost} == {t: 0 for t in lost}, f"a delegating answer scored: {scores}"
+    assert all(scores[t] == points[t] for t in set(points) - lost), f"the other answers lost points: {scores}"
+    assert row["status"] == "graded" and float(row["code_score"]) == sum(points.values()) - sum(
+        points[t] for t in lost), row
+    for answer in delegated:
+        reference = REFERENCES[answer][0].replace(":", ".")
+        assert f"{answer}: uses the course's reference {reference}" in row["flags"], (answer, row["flags"])

@@ -1,17 +1,33 @@
 """feedgpu.testing: the helpers that notebooks' test cells grade with.
 
 ``standing_in`` decides whose function a test cell runs, so a bug there would grade a
-student with the wrong code; ``overlap_model`` is notebook 00's reference answer. Both are
-checked against their contract, with values worked out here from first principles.
+student with the wrong code; ``without_references`` decides that an answer calling the
+course's own code earns nothing, so it must catch every way of reaching that code and put
+everything back afterwards; ``overlap_model`` is notebook 00's reference answer. Each is
+checked against its contract, with values worked out here from first principles.
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing
+import sys
+import types
 
 import pytest
 
-from feedgpu.testing import overlap_model, standing_in
+import feedgpu.model
+import feedgpu.testing
+from feedgpu.model import steady_state_time_per_batch
+from feedgpu.testing import (
+    REFERENCES,
+    ReferenceHidden,
+    hidden,
+    overlap_model,
+    resolve,
+    standing_in,
+    without_references,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -117,3 +133,137 @@ def test_overlap_model_rejects_negative_times():
     for args in [(-0.01, 0.02), (0.01, -0.02), (math.nan, 0.02)]:
         with pytest.raises(ValueError):
             overlap_model(*args, overlapped=True)
+
+
+# --------------------------------------------------------------------------- without_references
+
+MODEL = "feedgpu.model:steady_state_time_per_batch"
+
+
+def _kept_in_a_closure():
+    keep = steady_state_time_per_batch
+
+    def answer(*args):
+        return keep(*args)
+
+    return answer
+
+
+def test_a_hidden_reference_fails_through_every_name_and_alias():
+    import feedgpu.model as aliased_module
+
+    def default_argument(w, load_s, step_s, _ref=steady_state_time_per_batch):
+        return _ref(w, load_s, step_s)
+
+    ways = {
+        "the module attribute": lambda: feedgpu.model.steady_state_time_per_batch(1, 0.1, 0.2),
+        "a module alias": lambda: aliased_module.steady_state_time_per_batch(1, 0.1, 0.2),
+        "an imported name": lambda: steady_state_time_per_batch(1, 0.1, 0.2),
+        "a default argument": lambda: default_argument(1, 0.1, 0.2),
+        "a closure": lambda: _kept_in_a_closure()(1, 0.1, 0.2),
+        "a list": lambda: [steady_state_time_per_batch][0](1, 0.1, 0.2),
+        "a module that re-exports it": lambda: feedgpu.testing.steady_state_time_per_batch(1, 0.1, 0.2),
+        "other course code that calls it": lambda: overlap_model(0.1, 0.2, True),
+    }
+    with hidden(MODEL):
+        for way, call in ways.items():
+            with pytest.raises(ReferenceHidden, match="steady_state_time_per_batch") as caught:
+                call()
+            assert "write your own" in str(caught.value), f"{way}: {caught.value}"
+    for way, call in ways.items():
+        assert call() == pytest.approx(0.2), f"{way}: the reference works again after the block"
+
+
+def test_a_hidden_reference_is_not_a_value_error():
+    """A test that checks for ValueError on bad input must not pass because of the hiding."""
+    with hidden(MODEL), pytest.raises(ReferenceHidden):
+        try:
+            steady_state_time_per_batch(-1, 0.1, 0.2)
+        except (ValueError, TypeError, KeyError):
+            pytest.fail("the hidden reference raised an error a test of bad input would accept")
+    with pytest.raises(ValueError):
+        steady_state_time_per_batch(-1, 0.1, 0.2)
+
+
+def test_a_hidden_class_fails_in_a_subclass_and_comes_back():
+    class Base:
+        def __init__(self, x):
+            self.x = x
+
+        @staticmethod
+        def twice(x):
+            return 2 * x
+
+    class Mine(Base):
+        pass
+
+    module = types.ModuleType("fake_course")
+    module.Base = Base
+    sys.modules["fake_course"] = module
+    try:
+        with hidden("fake_course:Base"):
+            with pytest.raises(ReferenceHidden, match="fake_course.Base.__init__"):
+                Mine(1)
+            with pytest.raises(ReferenceHidden):
+                Mine.twice(1)
+        assert Mine(3).x == 3 and Mine.twice(2) == 4, "the class works again after the block"
+    finally:
+        del sys.modules["fake_course"]
+
+
+def test_hiding_is_undone_when_the_block_raises_and_keeps_defaults():
+    from feedgpu.workloads.remote import fetch_with_retries
+
+    defaults = fetch_with_retries.__defaults__
+    with pytest.raises(AssertionError, match="a failing test"):
+        with without_references("fetch_with_retries"):
+            raise AssertionError("a failing test")
+    assert fetch_with_retries.__defaults__ == defaults, "the defaults are put back"
+    assert fetch_with_retries(str.upper, "k") == "K", "the reference works again after a failing test"
+
+
+def test_nested_hiding_unwinds_in_order():
+    with hidden(MODEL):
+        with hidden(MODEL, "feedgpu.testing:overlap_model"):
+            with pytest.raises(ReferenceHidden):
+                overlap_model(0.1, 0.2, True)
+        with pytest.raises(ReferenceHidden):
+            steady_state_time_per_batch(1, 0.1, 0.2)
+    assert steady_state_time_per_batch(1, 0.1, 0.2) == pytest.approx(0.2)
+    assert overlap_model(0.1, 0.2, True) == pytest.approx(0.2)
+
+
+def test_only_the_answers_own_references_are_hidden():
+    """A reference that stands in for another answer (standing_in) keeps working."""
+    with without_references("exact_accuracy"):
+        assert overlap_model(0.03, 0.02, False) == pytest.approx(0.05), "not a reference of exact_accuracy"
+    with pytest.raises(KeyError, match="no_such_answer"):
+        with without_references("no_such_answer"):
+            pass
+
+
+def test_every_listed_reference_can_be_hidden_and_restored():
+    for answer, references in REFERENCES.items():
+        assert references, f"{answer} lists no reference"
+        for reference in references:
+            obj = resolve(reference)
+            assert callable(obj), f"{answer}: {reference} is not callable"
+        before = {ref: getattr(resolve(ref), "__code__", None) for ref in references}
+        with without_references(answer):
+            pass
+        after = {ref: getattr(resolve(ref), "__code__", None) for ref in references}
+        assert before == after, f"{answer}: the references' code is not put back"
+
+
+def test_a_forked_worker_inherits_the_hiding_a_spawned_one_does_not():
+    """DataLoader workers started with fork copy the kernel, hidden code included; spawned
+    ones import the course afresh and see the reference (which is why every graded test
+    calls the answer in the kernel itself first)."""
+    if "fork" in multiprocessing.get_all_start_methods():
+        with hidden("feedgpu.testing:overlap_model"):
+            with multiprocessing.get_context("fork").Pool(1) as pool:
+                with pytest.raises(ReferenceHidden, match="overlap_model"):
+                    pool.apply(overlap_model, (0.1, 0.2, True))
+    with hidden("feedgpu.testing:overlap_model"):
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            assert pool.apply(overlap_model, (0.1, 0.2, True)) == pytest.approx(0.2)

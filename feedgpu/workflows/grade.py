@@ -19,7 +19,10 @@ In a working folder (default ``grading/``, kept between runs so no grade is ever
    after grading (one nbgrader run, not one per submission);
 4. ``grades.csv`` gets one row per student and assignment ever graded here: scores, the
    reason of a failure, the notes and flags of the inspection; ``status.json`` keeps the
-   same per submission. A summary is printed.
+   same per submission. A submission that could not be graded (the kernel died, a limit
+   stopped it, the notebook is unreadable) scores 0 beside its reason, so no score cell is
+   ever empty: nbgrader records no grade for a run that stopped, so no test counts. A
+   summary is printed.
 
 Each nbgrader run costs seconds before it does anything (it imports Jupyter, nbconvert and
 SQLAlchemy), so a class of ``n`` submissions costs ``n + 2`` runs: ``n`` autogrades, each
@@ -58,7 +61,7 @@ class Result:
 
     student: str
     assignment: str
-    status: str  # "graded" or "failed"
+    status: str  # "graded" or "failed" (a failed submission scores 0 of the assignment's points)
     score: float | None = None  # all points so far (written answers count 0 until graded)
     max_score: float | None = None
     code_score: float | None = None  # points of the autograded test cells
@@ -196,6 +199,36 @@ def _unreadable(folder: Path) -> str:
     return ""
 
 
+def _maxima(gb, assignment: str) -> tuple[float | None, float | None]:
+    """``(max_score, max_code_score)`` of ``assignment`` in the open gradebook ``gb``
+    (``(None, None)`` for an assignment it does not know)."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        found = gb.find_assignment(assignment)
+    except MissingEntry:
+        return None, None
+    return float(found.max_score), float(found.max_code_score)
+
+
+def _failed(student: str, assignment: str, reason: str, maxima: tuple[float | None, float | None]) -> Result:
+    return Result(student, assignment, "failed", score=0.0, max_score=maxima[0], code_score=0.0,
+                  max_code_score=maxima[1], needs_manual_grade=False, reason=reason)
+
+
+def failed(workdir: Path, student: str, assignment: str, reason: str) -> Result:
+    """The result of a submission that could not be graded: 0 points beside the reason.
+
+    nbgrader records no grade for an autograde that stopped (a dead kernel, a limit, an
+    unreadable notebook), so none of its tests counts; the maximum is the assignment's, so
+    a grades CSV has no empty score.
+    """
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gb:
+        return _failed(student, assignment, reason, _maxima(gb, assignment))
+
+
 def grade_one(workdir: Path, submissions: Path, student: str, assignment: str,
               limits: Limits, cell_timeout: float, source: Path = SOURCE) -> Result:
     """Autograde one submission; never raises for the student's faults.
@@ -208,26 +241,25 @@ def grade_one(workdir: Path, submissions: Path, student: str, assignment: str,
     unreadable = _unreadable(workdir / "submitted" / student / assignment)
     if unreadable:  # nbgrader would stop on it too, after seconds of starting up
         shutil.rmtree(workdir / "autograded" / student / assignment, ignore_errors=True)
-        result = Result(student, assignment, "failed", reason=unreadable)
+        result = failed(workdir, student, assignment, unreadable)
         result.notes, result.flags = notes, flags
         return result
     cmd = _nbgrader_cmd(["autograde", assignment, f"--student={student}", "--force",
                          "--OverwriteCells.add_missing_cells=True",
                          f"--ExecutePreprocessor.timeout={int(cell_timeout)}"], workdir, source)
     out = run_limited(cmd, limits, cwd=ROOT, env=_env())
-    failed = ""
+    why = ""
     if out.killed_for:
-        failed = describe(out, limits)
+        why = describe(out, limits)
     elif out.returncode:
-        failed = _reason(out.stderr + out.stdout)
-    result = read_scores(workdir, student, assignment) if not failed else \
-        Result(student, assignment, "failed", reason=failed)
+        why = _reason(out.stderr + out.stdout)
+    result = failed(workdir, student, assignment, why) if why else read_scores(workdir, student, assignment)
     result.notes, result.flags = notes, flags
     result.seconds, result.peak_memory_mb = round(out.seconds, 2), round(out.peak_memory_mb, 1)
     autograded = workdir / "autograded" / student / assignment
     for graded in sorted(autograded.glob("*.ipynb")):
         result.notes += cell_errors(graded, cell_timeout)
-    if failed:  # a half-written notebook of a stopped run gets no feedback
+    if why:  # a half-written notebook of a stopped run gets no feedback
         shutil.rmtree(autograded, ignore_errors=True)
     return result
 
@@ -268,7 +300,7 @@ def read_all_scores(workdir: Path, pairs: list[tuple[str, str]]) -> list[Result]
             try:
                 sub = gb.find_submission(assignment, student)
             except MissingEntry:
-                results.append(Result(student, assignment, "failed", reason="no grades recorded"))
+                results.append(_failed(student, assignment, "no grades recorded", _maxima(gb, assignment)))
                 continue
             results.append(Result(student, assignment, "graded", sub.score, sub.max_score,
                                   sub.code_score, sub.max_code_score, sub.needs_manual_grade))
@@ -353,11 +385,11 @@ def grade_class(submissions: Path, workdir: Path, limits: Limits = Limits(),
 
 def summary(results: list[Result], workdir: Path) -> str:
     """A few lines for the instructor: counts, failures and flags."""
-    failed = [r for r in results if r.status != "graded"]
-    lines = [f"graded {len(results) - len(failed)} of {len(results)} submissions from "
+    stopped = [r for r in results if r.status != "graded"]
+    lines = [f"graded {len(results) - len(stopped)} of {len(results)} submissions from "
              f"{len({r.student for r in results})} students "
-             f"({len({r.assignment for r in results})} assignments); {len(failed)} failed"]
-    lines += [f"  FAILED  {r.student}/{r.assignment}: {r.reason}" for r in failed]
+             f"({len({r.assignment for r in results})} assignments); {len(stopped)} failed"]
+    lines += [f"  FAILED  {r.student}/{r.assignment} ({r.score} / {r.max_score}): {r.reason}" for r in stopped]
     lines += [f"  FLAGGED {r.student}/{r.assignment}: {'; '.join(r.flags)}" for r in results if r.flags]
     lines.append(f"grades: {workdir / CSV_NAME}; feedback: {workdir / 'feedback'}")
     return "\n".join(lines)

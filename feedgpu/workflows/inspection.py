@@ -10,9 +10,16 @@ error, and the student would get nothing. So before grading we:
 * note test cells that were edited, unlocked or deleted (nbgrader restores them);
 * flag student code that tries to switch tests off or escape the grader: IPython input
   or AST transformers, builtins, redefined ``assert`` helpers, exception hooks, tracing,
-  interrupt handlers, exiting the kernel. :func:`scan_code` reads each changed cell's
-  syntax tree, so ``from os import _exit as e`` or ``getattr(os, "_exit")`` are found as
-  surely as ``os._exit``, and a comment that only mentions a name is not.
+  interrupt handlers, exiting the kernel, rebinding the course's test helpers.
+  :func:`scan_code` reads each changed cell's syntax tree, so ``from os import _exit as e``
+  or ``getattr(os, "_exit")`` are found as surely as ``os._exit``, and a comment that only
+  mentions a name is not;
+* flag an answer that uses the course's own code for the job
+  (:data:`feedgpu.testing.REFERENCES`): :func:`find_delegations` reads the answer cells
+  with the imports and aliases of the whole notebook, so ``steady_state_time_per_batch``
+  imported by the notebook's imports cell, ``lfw_dataset.find_classes``, or an alias made
+  in another cell are all found. (The hidden tests already give such an answer no
+  points: the references are unavailable while they run.)
 
 Flags are for a person to read; they change no score.
 """
@@ -22,11 +29,13 @@ from __future__ import annotations
 import ast
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+
+from feedgpu.testing import REFERENCES
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +50,14 @@ ASSERT_HELPER = "redefines an assert helper"
 INTERPRETER = "tampers with the interpreter (trace, modules)"
 INTERRUPTS = "ignores interrupts"
 EXIT = "kills or exits the kernel"
+TEST_HELPERS = "changes the course's test helpers (feedgpu.testing)"
+DELEGATES = "uses the course's reference {}: an answer must be the student's own"
+
+#: The test helpers of :mod:`feedgpu.testing` whose names the notebooks bind; an answer
+#: that rebinds one could switch off what a test cell does with it.
+_HELPER_NAMES = {"standing_in", "without_references"}
+#: The roots of the course's own modules (a reference may be reached through any of them).
+_COURSE_ROOTS = {"feedgpu", "lfw_dataset"}
 
 #: Code that can switch tests off or escape the grader, with what it means. These regexes
 #: are the fallback for a cell that does not parse as Python even after its magics are
@@ -57,6 +74,8 @@ TAMPER_PATTERNS: list[tuple[str, str]] = [
     (r"sys\s*\.\s*(?:settrace|setprofile|modules\s*\[)", INTERPRETER),
     (r"SIG_IGN|signal\s*\.\s*signal\s*\(\s*signal\s*\.\s*SIGINT", INTERRUPTS),
     (r"os\s*\.\s*_exit|os\s*\.\s*kill|os\s*\.\s*abort", EXIT),
+    (r"\b(?:standing_in|without_references)\s*=(?!=)|feedgpu\s*\.\s*testing\s*\.\s*\w+\s*=(?!=)|"
+     r"\bREFERENCES\s*(?:\[[^\]]*\]\s*=(?!=)|\.\s*(?:pop|popitem|clear|update|setdefault)\b)", TEST_HELPERS),
 ]
 
 _ORDER = [what for _, what in TAMPER_PATTERNS]
@@ -253,6 +272,10 @@ def _scan_tree(tree: ast.AST) -> set[str]:
                 found.add(ASSERTION_ERROR)
             elif _ASSERT_HELPER_NAME.fullmatch(name):
                 found.add(ASSERT_HELPER)
+            elif name in _HELPER_NAMES:
+                found.add(TEST_HELPERS)
+        if _changes_test_helpers(node, resolve):
+            found.add(TEST_HELPERS)
         if isinstance(node, ast.Import):
             used = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -284,6 +307,31 @@ def _scan_tree(tree: ast.AST) -> set[str]:
     return found
 
 
+def _in_testing(node: ast.AST, resolve: _Resolver) -> bool:
+    qualified = resolve.qualified(node) or ""
+    return qualified == "feedgpu.testing" or qualified.startswith("feedgpu.testing.")
+
+
+def _changes_test_helpers(node: ast.AST, resolve: _Resolver) -> bool:
+    """Whether ``node`` assigns to, deletes from or changes in place :mod:`feedgpu.testing`
+    or one of its objects (``testing.without_references = ...``, ``REFERENCES.clear()``)."""
+    targets: list[ast.AST] = []
+    if isinstance(node, (ast.Assign, ast.Delete)):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    for target in targets:
+        if isinstance(target, (ast.Attribute, ast.Subscript)) and _in_testing(target.value, resolve):
+            return True
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in ("setattr", "delattr") and node.args:
+            return _in_testing(node.args[0], resolve)
+        if isinstance(func, ast.Attribute) and func.attr in _MUTATORS:
+            return _in_testing(func.value, resolve)
+    return False
+
+
 def _last_name(node: ast.AST, resolve: _Resolver) -> str | None:
     """The last part of what ``node`` names: ``"events"`` for ``get_ipython().events``,
     for ``ip.events`` and for ``ev`` after ``ev = ip.events``."""
@@ -297,6 +345,88 @@ def _is_sigint(node: ast.AST, resolve: _Resolver) -> bool:
     if isinstance(node, ast.Constant):
         return node.value == 2  # SIGINT's number on every platform Python runs on
     return _last_name(node, resolve) == "SIGINT"
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(_without_magics(source))
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _matches(qualified: str, module: str, attr: str) -> bool:
+    """Whether the dotted name ``qualified`` is the reference ``module:attr``: written out,
+    through an instance (``LinearCost(...).time_s``), or through another module of the
+    course that imported it (``feedgpu.testing.steady_state_time_per_batch``)."""
+    if qualified.endswith("()"):  # what a call returned, not the reference: its call is found where it is
+        return False
+    name = qualified.replace("()", "")
+    if name == f"{module}.{attr}":
+        return True
+    return name.endswith(f".{attr}") and name[: -len(attr) - 1].split(".")[0] in _COURSE_ROOTS
+
+
+def find_delegations(source: str, references: Sequence[str], context: Sequence[str] = (),
+                     answers: Collection[str] = ()) -> list[str]:
+    """The course's references (``"module:attribute"``) that the code ``source`` uses.
+
+    A use is an import, a call, a subclass or any other mention of the reference's object,
+    under its own name or an alias, through ``getattr``, ``__import__`` or ``importlib``,
+    or from another of the course's modules that re-exports it. The imports and aliases of
+    the ``context`` cells (the rest of the notebook: its imports cell above all) count too,
+    so a bare ``steady_state_time_per_batch`` that the imports cell brought in is found,
+    and so is a name that an added cell bound to a reference. The names of ``answers``
+    (functions the notebook asks for) are not followed: an answer that calls another
+    answer is not flagged for how that one was written (the cell that bound it to a
+    reference is).
+
+    Returns:
+        The references used, each once, written ``module.attribute``, in the order given.
+    """
+    tree = _parse(source)
+    if tree is None:
+        return []
+    body = [stmt for cell in (*context, source) for stmt in (getattr(_parse(cell), "body", None) or [])
+            if not set(_top_level_names(stmt)) & set(answers)]
+    resolve = _Resolver(ast.Module(body=body, type_ignores=[]))
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+            names = [resolve.qualified(node) or ""]
+            if isinstance(node, ast.Name) and names[0] == node.id:  # ``from module import *``
+                names += [f"{module}.{node.id}" for module in resolve.star_modules]
+        else:
+            continue
+        used.update(names)
+    pairs = [ref.partition(":")[::2] for ref in references]
+    return [f"{module}.{attr}" for module, attr in pairs
+            if any(_matches(name, module, attr) for name in used if name)]
+
+
+def _top_level_names(stmt: ast.stmt) -> Iterator[str]:
+    """The names a top-level statement binds by import or plain assignment."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        for alias in stmt.names:
+            yield alias.asname or alias.name.split(".")[0]
+    elif isinstance(stmt, ast.Assign):
+        yield from (target.id for target in stmt.targets if isinstance(target, ast.Name))
+
+
+def _defined_names(source: str) -> set[str]:
+    """The functions and classes a cell defines at its top level (an answer's names)."""
+    tree = _parse(source)
+    return {node.name for node in getattr(tree, "body", [])
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def _binds_any(source: str, names: set[str]) -> bool:
+    tree = _parse(source)
+    return tree is not None and any(name in names for node in tree.body for stmt in ast.walk(node)
+                                    for name in _bound_names(stmt))
 
 
 def scan_code(source: str) -> list[str]:
@@ -323,11 +453,16 @@ def scan_code(source: str) -> list[str]:
     return [what for what in _ORDER if what in found]
 
 
-def inspect_and_repair(submitted: Path, release: Path) -> Inspection:
+def inspect_and_repair(submitted: Path, release: Path,
+                       references: Mapping[str, Sequence[str]] = REFERENCES) -> Inspection:
     """Check ``submitted`` against the released notebook; rewrite it if it needs repair.
 
     Every code cell that is neither a test cell nor unchanged from the release is scanned
     with :func:`scan_code` (a test cell is not: nbgrader runs the instructor's version).
+    Every answer cell, and every changed cell that rebinds an answer's name, is searched
+    with :func:`find_delegations` for the course's references of the notebook's answers
+    (``references``: answer grade id -> ``"module:attribute"``, by default
+    :data:`feedgpu.testing.REFERENCES`).
 
     Args:
         submitted: the student's notebook (a copy: it may be rewritten).
@@ -336,7 +471,8 @@ def inspect_and_repair(submitted: Path, release: Path) -> Inspection:
     Returns:
         An :class:`Inspection`: ``notes`` for what was repaired or restored (a cell whose
         id is unknown or repeated, a test cell edited, unlocked or missing), ``flags``
-        (``"<grade id or 'an added cell'>: <what the code does>"``), and ``changed`` when
+        (``"<grade id or 'an added cell'>: <what the code does>"``, a delegation as
+        ``"<grade id>: uses the course's reference <module.attribute>: ..."``), and ``changed`` when
         ``submitted`` was rewritten. An unreadable notebook gives one note and no rewrite.
     """
     report = Inspection()
@@ -349,6 +485,10 @@ def inspect_and_repair(submitted: Path, release: Path) -> Inspection:
     known = {_nbgrader(c).get("grade_id"): c for c in given.cells if _nbgrader(c).get("grade_id")}
     tests = {gid for gid, c in known.items() if _is_test(_nbgrader(c))}
     given_code = {c.source for c in given.cells if c.cell_type == "code"}
+    answers = {gid for gid, c in known.items() if c.cell_type == "code" and _nbgrader(c).get("solution")}
+    refs = list(dict.fromkeys(ref for gid in sorted(answers) for ref in references.get(gid, ())))
+    answer_names = {name for gid in answers for name in _defined_names(known[gid].source)}
+    code_cells = [c.source for c in nb.cells if c.cell_type == "code"]
 
     seen: set[str] = set()
     for cell in nb.cells:
@@ -369,9 +509,13 @@ def inspect_and_repair(submitted: Path, release: Path) -> Inspection:
             if not meta.get("locked", False):
                 report.notes.append(f"test cell {gid} was unlocked")
         elif cell.cell_type == "code" and cell.source not in given_code:
+            label = gid or "an added cell"
             for what in scan_code(cell.source):
-                label = gid or "an added cell"
                 report.flags.append(f"{label}: {what}")
+            if refs and (gid in answers or _binds_any(cell.source, answer_names)):
+                others = [source for source in code_cells if source is not cell.source]
+                for used in find_delegations(cell.source, refs, others, answer_names):
+                    report.flags.append(f"{label}: {DELEGATES.format(used)}")
     for gid in sorted(set(known) - seen):
         kind = "test cell" if gid in tests else "graded cell"
         report.notes.append(f"{kind} {gid} was missing: restored from the assignment")
