@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from feedgpu.workflows import grade
@@ -45,3 +46,11 @@ def test_errors_are_noted_once_per_cell(tmp_path):
                    _cell("test_answer", [warning(), failed_test]))
     assert notes == ["answer_slow ran past the 30 s limit per cell", "answer_broken raised NameError"], (
         "a failed test is in the feedback already, and its stderr is not the reason it failed")
+
+
+@pytest.mark.parametrize("jobs", [0, -1, 1.5])
+def test_grade_class_rejects_a_bad_number_of_jobs(tmp_path, jobs):
+    """--jobs must be a whole number >= 1; nothing is graded or created otherwise."""
+    with pytest.raises(ValueError, match="jobs"):
+        grade.grade_class(tmp_path, tmp_path / "grading", jobs=jobs)
+    assert not (tmp_path / "grading").exists(), "a rejected run must leave no grading folder"

@@ -16,10 +16,11 @@ import pytest
 
 from feedgpu.testing import REFERENCES
 from feedgpu.workflows import grade, release
-from grading_fixtures import DELEGATING, DELEGATIONS, graded_test_ids, own_tests, points_by_test
+from grading_fixtures import DELEGATING, DELEGATIONS, course_notebooks, graded_test_ids, own_tests, points_by_test
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = release.assignments()
+GRADED = course_notebooks()  # the session's grading: every assignment, unless FEEDGPU_NOTEBOOKS narrows it
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS",
            "BEGIN MARK SCHEME")
 
@@ -61,7 +62,7 @@ def test_regenerated_release_equals_committed(course_grading):
 
 @pytest.mark.grading
 def test_solutions_get_full_marks(course_grading):
-    for name in ASSIGNMENTS:
+    for name in GRADED:
         r = course_grading.rows.get(("ada_solution", name))
         assert r is not None, f"no grade for the solution of {name}: {sorted(course_grading.rows)}"
         assert r["status"] == "graded", r
@@ -74,8 +75,8 @@ def test_solutions_get_full_marks(course_grading):
 @pytest.mark.grading
 def test_untouched_release_gets_zero_without_crashing(course_grading):
     bob = sorted(a for s, a in course_grading.rows if s == "bob_untouched")
-    assert bob == ASSIGNMENTS, f"the stray folder is skipped, every assignment graded: {bob}"
-    for name in ASSIGNMENTS:
+    assert bob == GRADED, f"the stray folder is skipped, every assignment graded: {bob}"
+    for name in GRADED:
         r = course_grading.rows[("bob_untouched", name)]
         assert r["status"] == "graded", r
         assert float(r["code_score"]) == 0.0, r
@@ -97,8 +98,8 @@ def test_feedback_is_written_for_everyone(course_grading):
 def test_grades_csv_and_status_agree_with_the_gradebook(course_grading):
     """grades.csv has one row per submission, and the scores nbgrader recorded."""
     workdir = course_grading.workdir
-    expected = {(s, a) for a in ASSIGNMENTS for s in ("ada_solution", "bob_untouched")}
-    expected |= {("cy_delegates", a) for a in ASSIGNMENTS if a == DELEGATING}
+    expected = {(s, a) for a in GRADED for s in ("ada_solution", "bob_untouched")}
+    expected |= {("cy_delegates", a) for a in GRADED if a == DELEGATING}
     assert set(course_grading.rows) == expected, sorted(course_grading.rows)
     status = json.loads((workdir / grade.STATUS_NAME).read_text())
     assert set(status) == {f"{s}/{a}" for s, a in expected}, sorted(status)
@@ -114,7 +115,7 @@ def test_a_delegating_answer_earns_none_of_its_points_and_is_flagged(course_grad
     """``cy_delegates`` answers with calls of the course's references: nbgrader gives each
     test of such an answer 0 points (the references are unavailable while it runs), the
     other answers keep theirs, and the inspection flags each delegation with its reason."""
-    if DELEGATING not in ASSIGNMENTS:
+    if DELEGATING not in GRADED:
         pytest.skip(f"{DELEGATING} is not graded in this session (FEEDGPU_NOTEBOOKS)")
     row = course_grading.rows[("cy_delegates", DELEGATING)]
     solution = nbformat.read(ROOT / "solutions" / DELEGATING / f"{DELEGATING}.ipynb", 4)

@@ -41,12 +41,14 @@ import logging
 import re
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from . import COURSE_ROOT as ROOT
 from .inspection import inspect_and_repair
 from .release import NBGRADER, SOURCE, assignments, nbgrader_env
+from ..checks import check_int
 from .sandbox import Limits, describe, run_limited
 
 logger = logging.getLogger("grade")
@@ -344,8 +346,14 @@ def save(workdir: Path, status: dict[str, dict]) -> None:
 
 def grade_class(submissions: Path, workdir: Path, limits: Limits = Limits(),
                 cell_timeout: float = 120, progress: bool = True,
-                source: Path = SOURCE) -> list[Result]:
+                source: Path = SOURCE, jobs: int = 1) -> list[Result]:
     """Grade every submission under ``submissions``; return this run's results.
+
+    With ``jobs > 1``, that many submissions are autograded at once (each its own
+    nbgrader process in its own sandbox, with its own ``limits``: budget ``jobs`` times
+    the memory). They share the gradebook, which nbgrader writes in short transactions.
+    Timing checks in the notebooks must then allow for a machine shared by ``jobs``
+    gradings, as the course's do (generous ratios on workloads of known cost).
 
     Args:
         submissions: holds ``<student>/<assignment>/`` folders.
@@ -358,6 +366,7 @@ def grade_class(submissions: Path, workdir: Path, limits: Limits = Limits(),
     """
     from tqdm.auto import tqdm
 
+    jobs = check_int("jobs", jobs, minimum=1)
     submissions, workdir = Path(submissions).resolve(), Path(workdir).resolve()
     source = Path(source).resolve()
     if not submissions.is_dir():
@@ -370,12 +379,21 @@ def grade_class(submissions: Path, workdir: Path, limits: Limits = Limits(),
     pairs = find_submissions(submissions, assignments(source))
     register_assignments(workdir, sorted({a for _, a in pairs}), source)
     status = load_status(workdir)
-    results = []
-    for student, assignment in tqdm(pairs, desc="grading", unit="submission", disable=not progress):
-        result = grade_one(workdir, submissions, student, assignment, limits, cell_timeout, source)
-        results.append(result)
-        status[f"{student}/{assignment}"] = asdict(result)
-        save(workdir, status)  # after each one: an interrupted run keeps what it graded
+    done: dict[tuple[str, str], Result] = {}
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="feedgpu-grade")
+    try:
+        with tqdm(total=len(pairs), desc="grading", unit="submission", disable=not progress) as bar:
+            futures = {pool.submit(grade_one, workdir, submissions, student, assignment, limits, cell_timeout,
+                                   source): (student, assignment) for student, assignment in pairs}
+            for future in as_completed(futures):
+                pair = futures[future]
+                done[pair] = future.result()
+                status["/".join(pair)] = asdict(done[pair])
+                save(workdir, status)  # after each one: an interrupted run keeps what it graded
+                bar.update()
+    finally:  # on Ctrl-C, the submissions not started yet are not started
+        pool.shutdown(wait=True, cancel_futures=True)
+    results = [done[pair] for pair in pairs]
     generate_feedback(workdir, results, source)
     for r in results:  # the notes of feedback that could not be written
         status[f"{r.student}/{r.assignment}"] = asdict(r)
@@ -408,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-mb", type=float, default=defaults.memory_mb,
                         help="memory of the grading processes together, in MB")
     parser.add_argument("--max-processes", type=int, default=defaults.max_processes)
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="submissions graded at once (default 1; each gets the limits above)")
     parser.add_argument("--report-only", action="store_true",
                         help="grade nothing: rewrite grades.csv from the gradebook (after hand grading)")
     args = parser.parse_args(argv)
@@ -419,8 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     limits = Limits(wall_s=args.timeout, memory_mb=args.memory_mb, max_processes=args.max_processes)
     try:
         results = grade_class(args.submissions, args.workdir, limits, args.cell_timeout,
-                              source=args.source)
-    except FileNotFoundError as err:
+                              source=args.source, jobs=args.jobs)
+    except (FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(summary(results, args.workdir.resolve()))
