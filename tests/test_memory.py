@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from feedgpu.measure import memory  # noqa: E402
 from feedgpu.measure.memory import (  # noqa: E402
     COLUMNS,
+    EXTRA_KINDS,
     MB,
     MemoryProbe,
     MetricUnavailable,
@@ -169,6 +170,35 @@ def test_read_memory_is_consistent():
     """One reading of this process: 0 < USS <= PSS <= RSS."""
     m = read_memory(os.getpid())
     assert m is not None and 0 < m.uss <= m.pss <= m.rss, f"expected 0 < USS <= PSS <= RSS, got {m}"
+
+
+@pytest.mark.skipif("pss_anon" not in available_kinds(extra=True), reason="no Pss_Anon in smaps_rollup here")
+def test_pss_anon_is_the_anonymous_part_of_pss():
+    """Pss_Anon: at most PSS, and it counts a block this process writes (anonymous memory)."""
+    assert "pss_anon" not in available_kinds(), "extra kinds only when asked for"
+    before = read_memory(os.getpid(), ("pss_anon",))
+    block = bytearray(b"\x01") * (64 * 2**20)  # every page written: 64 MB of anonymous memory
+    after = read_memory(os.getpid(), ("pss_anon",))
+    assert 0 < before.pss_anon <= before.pss, f"expected 0 < Pss_Anon <= PSS, got {before}"
+    grew = (after.pss_anon - before.pss_anon) / MB
+    assert 56 <= grew <= 72, f"64 MB written should add about 64 MB of Pss_Anon, got {grew:.1f}"
+    assert memory_of(os.getpid(), "pss_anon") > 0, "memory_of knows the extra kind"
+    del block
+
+
+@pytest.mark.skipif("pss_anon" not in available_kinds(extra=True), reason="no Pss_Anon in smaps_rollup here")
+def test_probe_adds_a_column_for_each_extra_kind():
+    """kinds with 'pss_anon': its column follows COLUMNS, at most pss_mb; without it, COLUMNS only."""
+    assert EXTRA_KINDS == ("pss_anon",), EXTRA_KINDS
+    with MemoryProbe(interval_s=0.01, kinds=("rss", "uss", "pss", "pss_anon")) as probe:
+        time.sleep(0.03)
+    table = probe.table()
+    assert tuple(table.columns) == COLUMNS + ("pss_anon_mb",), f"columns {tuple(table.columns)}"
+    assert table["pss_anon_mb"].notna().all() and (table["pss_anon_mb"] <= table["pss_mb"]).all(), (
+        f"pss_anon_mb should be read, and at most pss_mb: {table[['pss_mb', 'pss_anon_mb']]}")
+    assert summarize(table, "pss_anon")["peak_mb"].gt(0).all(), "summarize knows the extra column"
+    with pytest.raises(ValueError, match="kind must be one of"):
+        MemoryProbe(kinds=("rss", "pss_file"))
 
 
 @needs_fork

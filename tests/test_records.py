@@ -14,7 +14,7 @@ from feedgpu.workloads.annotations import (
     annotations_to_arrays,
     make_annotations,
 )
-from feedgpu.workloads.records import SerializedRecordDataset, collate_touch
+from feedgpu.workloads.records import SerializedRecordDataset, collate_touch, freeze_gc
 
 pytestmark = pytest.mark.unit
 
@@ -111,3 +111,18 @@ def test_workers_read_the_same_records(context):
     loader = DataLoader(SerializedRecordDataset(*_pickled(records)), batch_size=8, num_workers=2,
                         collate_fn=list, multiprocessing_context=context)
     assert [r for batch in loader for r in batch] == records, f"records differ under {context}"
+
+
+def test_freeze_gc_freezes_and_works_as_worker_init_fn():
+    """freeze_gc moves the objects that exist into the permanent generation, and workers run it."""
+    import gc
+
+    try:
+        freeze_gc(0)
+        assert gc.get_freeze_count() > 0, "the objects that exist should be frozen"
+    finally:
+        gc.unfreeze()
+    records = make_annotations(20, seed=2)
+    loader = DataLoader(SerializedRecordDataset(*_pickled(records)), batch_size=5, num_workers=1,
+                        collate_fn=list, worker_init_fn=freeze_gc)
+    assert [r for batch in loader for r in batch] == records, "a loader with freeze_gc returns the records"

@@ -16,13 +16,17 @@ a worker that reads rows of one numpy array writes nothing of it.
   records, so nothing is copied on read;
 * :func:`collate_touch`: a collate that reads every value of every item (as a real
   collate does) and hands back only their count, so the workers' copies show and the
-  batches cost nothing to send.
+  batches cost nothing to send;
+* :func:`freeze_gc`: a ``worker_init_fn`` that freezes the garbage collector in each
+  worker, so it never walks (and so copies) the objects the worker inherited: from the
+  main process with *fork*, from the server (torch, if preloaded) with *forkserver*.
 
 DataLoader workers import these by name (*spawn*), so they live in a module.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 from collections.abc import Sequence
@@ -32,7 +36,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 __all__ = ["make_python_records", "RecordListDataset", "RecordArrayDataset", "PidDataset",
-           "SerializedRecordDataset", "collate_touch"]
+           "SerializedRecordDataset", "collate_touch", "freeze_gc"]
 
 
 def _position(index: int, n: int) -> int:
@@ -189,3 +193,20 @@ def collate_touch(batch: Sequence[Any]) -> int:
     for item in batch:
         _touch(item)
     return len(batch)
+
+
+def freeze_gc(worker_id: int) -> None:
+    """A DataLoader ``worker_init_fn``: ``gc.freeze()`` in the worker, before it reads any item.
+
+    A full collection walks every container object the process holds and writes to each
+    one's header. In a worker that shares memory with the process it was forked from (the
+    main process with *fork*, the forkserver with *forkserver*), that copies every page
+    holding an inherited object as soon as the worker makes enough objects of its own to
+    trigger one. Freezing moves the inherited objects into a generation the collector
+    never visits; the worker's own objects are collected as usual. (With *fork*, calling
+    ``gc.freeze()`` in the main process before the workers start does the same.)
+
+    Args:
+        worker_id: the worker's number (DataLoader passes it; unused).
+    """
+    gc.freeze()
