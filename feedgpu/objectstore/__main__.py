@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        # A shell without job control starts background commands with Ctrl-C ignored, and
+        # Python then keeps it ignored; this command promises that Ctrl-C stops it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     except ValueError:  # main() called from a thread other than the main one
         pass
     settings = dict(
