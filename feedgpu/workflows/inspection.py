@@ -260,6 +260,17 @@ def _bound_names(node: ast.AST) -> Iterator[str]:
             yield _string(target.slice)  # type: ignore[misc]
 
 
+def _names_used(node: ast.AST, resolve: _Resolver) -> list[str]:
+    """The fully qualified names ``node`` imports or uses (imports and aliases resolved)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        return [f"{node.module}.{alias.name}" for alias in node.names]
+    if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+        return [resolve.qualified(node) or ""]
+    return []
+
+
 def _scan_tree(tree: ast.AST) -> set[str]:
     """What the code in ``tree`` does that can switch tests off (see :func:`scan_code`)."""
     resolve = _Resolver(tree)
@@ -276,14 +287,7 @@ def _scan_tree(tree: ast.AST) -> set[str]:
                 found.add(TEST_HELPERS)
         if _changes_test_helpers(node, resolve):
             found.add(TEST_HELPERS)
-        if isinstance(node, ast.Import):
-            used = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            used = [f"{node.module}.{alias.name}" for alias in node.names]
-        elif isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
-            used = [resolve.qualified(node) or ""]
-        else:
-            used = []
+        used = _names_used(node, resolve)
         for qualified in used:
             if qualified in _QUALIFIED:
                 found.add(_QUALIFIED[qualified])
@@ -391,16 +395,9 @@ def find_delegations(source: str, references: Sequence[str], context: Sequence[s
     resolve = _Resolver(ast.Module(body=body, type_ignores=[]))
     used: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [f"{node.module}.{alias.name}" for alias in node.names]
-        elif isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
-            names = [resolve.qualified(node) or ""]
-            if isinstance(node, ast.Name) and names[0] == node.id:  # ``from module import *``
-                names += [f"{module}.{node.id}" for module in resolve.star_modules]
-        else:
-            continue
+        names = _names_used(node, resolve)
+        if isinstance(node, ast.Name) and names == [node.id]:  # ``from module import *``
+            names += [f"{module}.{node.id}" for module in resolve.star_modules]
         used.update(names)
     pairs = [ref.partition(":")[::2] for ref in references]
     return [f"{module}.{attr}" for module, attr in pairs
