@@ -62,7 +62,7 @@ def _stage_times(
 
 
 def steady_state_time_per_batch(
-    num_workers: int, load_s: float, step_s: float, transfer_s: float = 0.0
+    num_workers: int, load_s: float, step_s: float, transfer_s: float = 0.0, cores: float | None = None
 ) -> float:
     """Predicted seconds per batch of a training loop once the pipeline is full.
 
@@ -80,6 +80,12 @@ def steady_state_time_per_batch(
 
       More workers shrink only the second term: once the main process is the slowest
       stage, extra workers (or a bigger queue) change nothing.
+    * ``cores`` given: loading and handing over need a core, and only ``cores`` of them
+      are free. Every batch costs ``load_s + 2 * transfer_s`` of CPU time (the worker
+      builds and sends it, the main process receives it), so the cores deliver at most
+      one batch every ``(load_s + 2 * transfer_s) / cores`` seconds, a third floor. The
+      step is taken to run elsewhere (a GPU) or to wait, not on these cores. Leave
+      ``cores`` out when loading waits (a disk, a network) instead of computing.
 
     Assumptions: constant costs (no variance); ``w`` no larger than the free cores
     when loading is CPU work (otherwise ``load_s`` itself grows); ``prefetch_factor`` of 2
@@ -92,23 +98,29 @@ def steady_state_time_per_batch(
         step_s: seconds of the training step per batch.
         transfer_s: seconds to move one batch between processes, paid once by the
             worker and once by the main process.
+        cores: cores free for loading and handing over (may be fractional), or
+            ``None`` (default) when loading needs no core of its own.
 
     Returns:
         Seconds per batch in the steady state.
 
     Raises:
-        ValueError: if ``num_workers`` is negative or not whole, or a cost is negative
-            or not finite.
+        ValueError: if ``num_workers`` is negative or not whole, a cost is negative
+            or not finite, or ``cores`` is not above 0.
         TypeError: if an argument is not a number (see :mod:`feedgpu.checks`).
 
     Example: the Stack Overflow experiment (0.4 s to load, 0.05 s step) predicts 0.45,
     0.2, 0.1, 0.067 and 0.05 s per batch for 0, 2, 4, 6 and 8 workers.
     """
     _check_costs(num_workers, load_s, step_s, transfer_s)
+    if cores is not None and check_number("cores", cores) <= 0:
+        raise ValueError(f"cores must be > 0, got {cores!r}")
     if num_workers == 0:
         return load_s + step_s
     workers, main = _stage_times(num_workers, load_s, step_s, transfer_s)
-    return max(main, workers)
+    if cores is None:
+        return max(main, workers)
+    return max(main, workers, (load_s + 2 * transfer_s) / cores)
 
 
 def bottleneck_stage(

@@ -49,6 +49,8 @@ REFERENCES: dict[str, tuple[str, ...]] = {
     "time_per_batch": ("feedgpu.model:steady_state_time_per_batch", "feedgpu.testing:overlap_model"),
     "workers_needed": ("feedgpu.model:steady_state_time_per_batch", "feedgpu.model:bottleneck_stage"),
     "collate_to_tensor": ("feedgpu.workloads.arrays:collate_tensor",),
+    # 04_augmentation
+    "expected_speedup": ("feedgpu.model:steady_state_time_per_batch",),
     # 05_pinned_memory
     "transfer_time_s": ("feedgpu.copies:LinearCost.time_s",),
     "fit_transfer": ("feedgpu.copies:fit_linear_cost",),

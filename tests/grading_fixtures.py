@@ -69,6 +69,10 @@ DELEGATIONS: dict[str, str] = {
                        "    return next(w for w in range(1, 10**6) if steady_state_time_per_batch(w, load_s, step_s, transfer_s)"
                        " <= (step_s + transfer_s) * (1 + 1e-9))"),
     "collate_to_tensor": "collate_to_tensor = collate_tensor",
+    "expected_speedup": ("from feedgpu.model import steady_state_time_per_batch\n\n\n"
+                         "def expected_speedup(per_item_s, overhead_s, workers, cores):\n"
+                         "    if workers == 0:\n        return 1.0\n"
+                         "    return per_item_s / steady_state_time_per_batch(workers, per_item_s, 0.0, overhead_s, cores)"),
     "transfer_time_s": ("def transfer_time_s(nbytes, latency_s, bytes_per_s):\n"
                         "    return LinearCost(latency_s, bytes_per_s).time_s(nbytes)"),
     "fit_transfer": ("from feedgpu.copies import fit_linear_cost\n\n\ndef fit_transfer(nbytes, seconds):\n"
@@ -174,6 +178,20 @@ def delegating_version(solution, released):
         if is_answer(c) and grade_id(c) in DELEGATIONS:
             c.source = DELEGATIONS[grade_id(c)]
     return nb
+
+
+#: What a notebook's first code cell does on macOS and Windows, where DataLoader workers
+#: start with *spawn*: a submission that begins with it runs every worker of the notebook
+#: as a student there would (:func:`on_spawn`).
+SPAWN_CELL = ('import multiprocessing\n\n'
+              'multiprocessing.set_start_method("spawn", force=True)  # workers start as on macOS and Windows')
+
+
+def on_spawn(nb):
+    """A copy of ``nb`` that starts its DataLoader workers with *spawn*: a new ordinary code
+    cell right after the header sets the kernel's default start method, before any cell
+    starts a worker (``describe_machine()`` then reports ``spawn`` too)."""
+    return with_cell_after(nb, "header", SPAWN_CELL)
 
 
 def with_cell_after(nb, gid: str, source: str):

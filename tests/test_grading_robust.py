@@ -115,7 +115,8 @@ def tiny_class(tmp_path_factory, tiny_release):
     (subs / "erin_broken" / TINY).mkdir(parents=True)  # not a notebook at all
     (subs / "erin_broken" / TINY / f"{TINY}.ipynb").write_text('{"cells": [ <<<<<<< HEAD')
     workdir = subs.parent / "grading"
-    results = grade.grade_class(subs, workdir, LIMITS, CELL_TIMEOUT, progress=False, source=FIXTURE_SOURCE)
+    # two at a time, as the session grading of the course does: each has its own sandbox and limits
+    results = grade.grade_class(subs, workdir, LIMITS, CELL_TIMEOUT, progress=False, source=FIXTURE_SOURCE, jobs=2)
     with (workdir / grade.CSV_NAME).open() as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
     return {"subs": subs, "workdir": workdir, "results": {r.student: r for r in results},
@@ -313,7 +314,8 @@ def test_second_run_gives_the_same_scores_offline_and_keeps_every_grade(tiny_cla
     for student in regraded:
         shutil.copytree(tiny_class["subs"] / student, again / student)
     proc = _grade_cli(str(again), "--workdir", str(workdir), "--source", str(FIXTURE_SOURCE),
-                      "--cell-timeout", str(CELL_TIMEOUT), "--memory-mb", str(LIMITS.memory_mb), prefix=prefix)
+                      "--cell-timeout", str(CELL_TIMEOUT), "--memory-mb", str(LIMITS.memory_mb),
+                      "--jobs", "2", prefix=prefix)
     assert proc.returncode == 0, proc.stderr[-2000:]
     if prefix:
         offline = subprocess.run([*prefix, sys.executable, "-c",

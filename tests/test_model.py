@@ -285,3 +285,33 @@ def test_plot_model_vs_measured(tmp_path):
     assert (tmp_path / "model.png").stat().st_size > 0, "the figure should save"
     with pytest.raises(ValueError):
         plot_model_vs_measured([0, 2], [0.4], load_s=0.4, step_s=0.05)
+
+
+# --------------------------------------------------------------------------- the cores floor
+
+
+def test_cores_floor_counts_the_main_process_cpu():
+    """2 workers on 2 cores: 15 ms to build, 6.5 ms to hand over. The stages alone allow a
+    batch every 10.75 ms, but the CPU of a batch, 15 + 2 * 6.5 = 28 ms, on 2 cores takes 14 ms."""
+    assert steady_state_time_per_batch(2, 0.015, 0.0, 0.0065) == pytest.approx(0.01075)
+    assert steady_state_time_per_batch(2, 0.015, 0.0, 0.0065, cores=2) == pytest.approx(0.014)
+
+
+def test_cores_floor_leaves_the_other_stages_when_they_are_slower():
+    # the main process is slowest: 50 ms step + 10 ms transfer, far above (0.1 + 0.02) / 4
+    assert steady_state_time_per_batch(4, 0.1, 0.05, 0.01, cores=4) == pytest.approx(0.06)
+    # the workers are slowest: one worker, (0.1 + 0.01) / 1, above (0.1 + 0.02) / 8
+    assert steady_state_time_per_batch(1, 0.1, 0.0, 0.01, cores=8) == pytest.approx(0.11)
+    # no workers: nothing is handed over and the cores do not matter
+    assert steady_state_time_per_batch(0, 0.1, 0.05, 0.01, cores=0.5) == pytest.approx(0.15)
+
+
+def test_cores_floor_caps_many_workers_at_the_cores():
+    assert steady_state_time_per_batch(8, 0.01, 0.0, 0.0, cores=2) == pytest.approx(0.005)
+    assert steady_state_time_per_batch(8, 0.01, 0.0, 0.0, cores=1.5) == pytest.approx(0.01 / 1.5)
+
+
+@pytest.mark.parametrize("cores", [0, -1.0, float("nan")])
+def test_cores_must_be_positive(cores):
+    with pytest.raises(ValueError):
+        steady_state_time_per_batch(2, 0.01, 0.0, 0.0, cores=cores)

@@ -182,6 +182,16 @@ MUTANTS: dict[str, tuple[str, str, set[str]]] = {
         '''),
         {"test_dataset_items", "test_dataset_to_tensor", "test_dataset_applies_transform"},
     ),
+    "images opened lazily in __init__ and kept (one file handle each)": (
+        "faces_dataset",
+        dataset_with(init_extra="self.images = [Image.open(path) for path, _ in self.samples]", getitem='''
+            image = self.images[index].convert("RGB")
+            if self.transform is not None:
+                image = self.transform(image)
+            return image, self.samples[index][1]
+        '''),
+        {"test_dataset_pickles"},
+    ),
     "transform not applied": (
         "faces_dataset",
         dataset_with(getitem='''

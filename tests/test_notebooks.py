@@ -7,6 +7,7 @@ once per test session, and that run is the check.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -52,3 +53,18 @@ def test_solution_executes_without_error(course_grading, name):
     assert not errors, f"{name}: cells that raised {errors}"
     code = [c for c in nb.cells if c.cell_type == "code" and c.source.strip()]
     assert code and all(c.get("execution_count") for c in code), f"{name}: not every code cell ran"
+
+
+@pytest.mark.grading
+@pytest.mark.parametrize("name", [p.parent.name for p in SOLUTIONS])
+def test_solution_ran_its_workers_under_spawn(course_grading, name):
+    """The session's grading of the solutions is the course's run under *spawn* (as on
+    macOS and Windows): the configuration cell reports the start method it found."""
+    nb = course_grading.autograded("ada_solution", name)
+    config = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "config")
+    if "START_METHOD" not in config.source:
+        pytest.skip(f"{name} does not report its start method")
+    printed = "".join(o.get("text", "") for o in config.get("outputs", []) if o.get("output_type") == "stream")
+    found = re.search(r"start method:\s*(\w+)", printed)
+    assert found and found.group(1) == "spawn", \
+        f"{name}: the solution should have run under spawn; its configuration printed {printed!r}"

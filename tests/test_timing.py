@@ -343,3 +343,34 @@ def test_workloads_run_in_spawned_workers():
     assert [b[:, 0].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]], (
         f"spawned worker returned {batches}"
     )
+
+
+class _StoppingIterator:
+    """Stands for a DataLoader iterator whose shutdown raises ``error``."""
+
+    def __init__(self, error):
+        self.error, self.calls = error, 0
+
+    def _shutdown_workers(self):
+        self.calls += 1
+        raise self.error
+
+
+def test_shutdown_workers_accepts_a_worker_that_died_on_its_way_out():
+    """A spawned worker may abort while it exits; PyTorch reports it during the shutdown."""
+    from feedgpu.measure.timing import shutdown_workers
+
+    for message in ("DataLoader worker (pid 123) is killed by signal: Aborted. ",
+                    "DataLoader worker (pid(s) 1, 2) exited unexpectedly"):
+        it = _StoppingIterator(RuntimeError(message))
+        shutdown_workers(it)
+        assert it.calls == 1
+
+
+def test_shutdown_workers_raises_other_errors():
+    from feedgpu.measure.timing import shutdown_workers
+
+    with pytest.raises(RuntimeError, match="something else"):
+        shutdown_workers(_StoppingIterator(RuntimeError("something else")))
+    with pytest.raises(ValueError):
+        shutdown_workers(_StoppingIterator(ValueError("killed by signal")))

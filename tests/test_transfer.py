@@ -520,3 +520,44 @@ def test_transfer_pieces_work_in_spawned_workers():
     assert [b[:, 0].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]], (
         f"spawned worker returned {batches}"
     )
+
+
+# --------------------------------------------------------------------------- shared_memory_write_s
+
+
+def test_shared_memory_write_is_the_shared_fill_minus_the_private_fill(monkeypatch):
+    """The hand-over is what filling a shared tensor costs more than filling a private one,
+    each the median of its repeats; made with the asked shape and type."""
+    from feedgpu.measure import transfer
+
+    made = []
+    real_empty = torch.empty
+
+    def empty(shape, dtype):
+        made.append((tuple(shape), dtype))
+        return real_empty(shape, dtype=dtype)
+
+    clock = iter([0.0, 0.010, 1.0, 1.030, 2.0, 2.020,    # private fills: 10, 30, 20 ms
+                  3.0, 3.050, 4.0, 4.090, 5.0, 5.070])   # shared fills: 50, 90, 70 ms
+    monkeypatch.setattr(transfer.torch, "empty", empty)
+    monkeypatch.setattr(transfer.time, "perf_counter", lambda: next(clock))
+    got = transfer.shared_memory_write_s((2, 3), torch.uint8, repeats=3)
+    assert got == pytest.approx(0.070 - 0.020), "median shared fill minus median private fill"
+    assert made == [((2, 3), torch.uint8)] * 6
+
+
+def test_shared_memory_write_is_never_negative(monkeypatch):
+    from feedgpu.measure import transfer
+
+    clock = iter([0.0, 0.050, 1.0, 1.010])  # the shared fill happened to be quicker
+    monkeypatch.setattr(transfer.time, "perf_counter", lambda: next(clock))
+    assert transfer.shared_memory_write_s((4,), repeats=1) == 0.0
+
+
+@pytest.mark.parametrize("kwargs", [{"repeats": 0}, {"shape": (2, -1)}, {"shape": (2.5, 3)}])
+def test_shared_memory_write_rejects_bad_arguments(kwargs):
+    from feedgpu.measure.transfer import shared_memory_write_s
+
+    args = {"shape": (2, 3), **kwargs}
+    with pytest.raises(ValueError):
+        shared_memory_write_s(**args)

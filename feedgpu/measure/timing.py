@@ -217,7 +217,17 @@ def shutdown_workers(iterator_or_loader: Any) -> None:
     # and it is safe to call twice.
     stop = getattr(target, "_shutdown_workers", None)
     if callable(stop):
-        stop()
+        try:
+            stop()
+        except RuntimeError as err:
+            if "killed by signal" not in str(err) and "exited unexpectedly" not in str(err):
+                raise
+            # A worker started with *spawn* exits through Python's shutdown (fork's exit
+            # skips it); when its queue's feeder thread is still sending a tensor then, the
+            # worker can abort (SIGABRT) on its way out, and PyTorch reports that while it
+            # waits for the worker. The pass was over and nothing is lost: the rest of the
+            # shutdown (PyTorch's ``finally``) has run.
+            logger.debug("a worker died while it was stopped: %s", err)
     if is_loader and target is not None:
         iterator_or_loader._iterator = None
 

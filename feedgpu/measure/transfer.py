@@ -19,6 +19,8 @@ The measurements here:
 * :func:`transfer_time_per_batch`: the main process's cost of receiving one batch from a
   worker, measured;
 * :func:`time_per_item`: a dataset's cost per item, measured in this process;
+* :func:`shared_memory_write_s`: what a worker pays, more than a single process, to write
+  a batch tensor: fresh shared memory against fresh private memory of the same size;
 * :func:`cpu_per_batch`: who pays for a batch, in CPU time: the main process or the workers.
 
 The datasets and collate functions they are measured with live in
@@ -54,6 +56,7 @@ __all__ = [
     "PREFETCH_FACTOR",
     "transfer_time_per_batch",
     "time_per_item",
+    "shared_memory_write_s",
     "CpuShare",
     "cpu_per_batch",
 ]
@@ -203,6 +206,42 @@ def time_per_item(dataset: Dataset, n: int = 20) -> float:
     for i in range(n):
         dataset[i]
     return (time.perf_counter() - start) / n
+
+
+def _median_s(run: Any, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def shared_memory_write_s(shape: Sequence[int], dtype: torch.dtype = torch.float32, repeats: int = 10) -> float:
+    """Seconds a worker pays, more than a single process, to write one batch tensor.
+
+    A worker's collate stacks the batch into *fresh shared memory* (a new segment the
+    main process will map); with ``num_workers=0`` the same stack goes into fresh private
+    memory. Both pay for the bytes; the shared segment also costs its creation and the
+    first touch of every page, which private memory often gets from pages the process
+    already holds. This is the hand-over cost ``transfer_s`` of
+    :func:`feedgpu.model.steady_state_time_per_batch` for a batch of tensors, measured in
+    this process on this thread: the median over ``repeats`` of filling a fresh shared
+    tensor, minus the median of filling a fresh private one (never below 0).
+
+    Args:
+        shape: the batch tensor's shape, e.g. ``(32, 3, 250, 250)``.
+        dtype: its type (``torch.uint8`` is a quarter of ``torch.float32``'s bytes).
+        repeats: tensors of each kind made and filled.
+
+    Raises:
+        ValueError: if ``repeats`` is below 1 or a dimension is negative or not whole.
+    """
+    repeats = check_int("repeats", repeats, minimum=1)
+    shape = tuple(check_int("a dimension of shape", d, minimum=0) for d in shape)
+    private = _median_s(lambda: torch.empty(shape, dtype=dtype).fill_(1), repeats)
+    shared = _median_s(lambda: torch.empty(shape, dtype=dtype).share_memory_().fill_(1), repeats)
+    return max(shared - private, 0.0)
 
 
 @dataclass

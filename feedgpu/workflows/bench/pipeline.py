@@ -8,8 +8,9 @@
 Both with 0 workers (PyTorch's default threads, what a student gets) and 2 workers. The
 budget: recommended with 2 workers at least 2.5x the naive default.
 
-The model is :func:`feedgpu.model.steady_state_time_per_batch`, fed with costs measured
-in one process on one thread: ``load_s``, a batch built with 0 workers; ``transfer_s``,
+The model is :func:`feedgpu.model.steady_state_time_per_batch` with the usable cores (the
+main process's receiving needs a core too), fed with costs measured in one process on
+one thread: ``load_s``, a batch built with 0 workers; ``transfer_s``,
 what a worker pays more than a single process to put that batch into shared memory
 (a fresh shared segment against fresh private memory of the same size). Its predicted
 2-worker speed-up (against 0 workers on one thread) is compared with the measured one;
@@ -19,9 +20,6 @@ budget: within 15%.
 from __future__ import annotations
 
 import statistics
-import time
-from collections.abc import Callable
-from typing import Any
 
 from . import Figure, figure
 
@@ -30,32 +28,15 @@ BATCHES = 20
 ROUNDS = 3
 
 
-def _median_s(fn: Callable[[], Any], repeats: int = 10) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def _handover_s(dtype: Any) -> float:
-    """Seconds a worker pays more than one process to write a batch: fresh shared vs fresh private memory."""
-    import torch
-
-    shape = (BATCH_SIZE, 3, 250, 250)
-    private = _median_s(lambda: torch.empty(shape, dtype=dtype).fill_(1))
-    shared = _median_s(lambda: torch.empty(shape, dtype=dtype).share_memory_().fill_(1))
-    return max(shared - private, 0.0)
-
-
 def bench_pipeline() -> list[Figure]:
     """Naive vs recommended faces loader, 0 and 2 workers; the model's 2-worker speed-ups."""
     import torch
     from torch.utils.data import DataLoader
 
     import lfw_dataset
+    from feedgpu.measure.machine import usable_cores
     from feedgpu.measure.timing import time_loader
+    from feedgpu.measure.transfer import shared_memory_write_s
     from feedgpu.model import steady_state_time_per_batch
     from feedgpu.workloads.lfw import TensorLFWDataset
 
@@ -63,6 +44,7 @@ def bench_pipeline() -> list[Figure]:
     pipelines = {"naive": (lfw_dataset.LFWDataset(root, transform=lfw_dataset.default_transform()), torch.float32),
                  "recommended": (TensorLFWDataset(root), torch.uint8)}
     default_threads = torch.get_num_threads()
+    cores = usable_cores()
     settings = [(0, default_threads), (0, 1), (2, 1)]
     rates: dict[tuple[str, int, int], list[float]] = {}
     try:
@@ -75,7 +57,8 @@ def bench_pipeline() -> list[Figure]:
                     timing = time_loader(loader, batches=BATCHES, warmup=2, repeats=1)
                     rates.setdefault((name, workers, threads), []).append(timing.items_per_s)
         torch.set_num_threads(1)
-        handover = {name: _handover_s(dtype) for name, (_, dtype) in pipelines.items()}
+        handover = {name: shared_memory_write_s((BATCH_SIZE, 3, 250, 250), dtype)
+                    for name, (_, dtype) in pipelines.items()}
     finally:
         torch.set_num_threads(default_threads)
     rate = {k: statistics.median(v) for k, v in rates.items()}
@@ -87,13 +70,13 @@ def bench_pipeline() -> list[Figure]:
                 figure(f"pipeline {name}, 0 workers, 1 thread", rate[(name, 0, 1)], "images/s", note),
                 figure(f"pipeline {name}, 2 workers", rate[(name, 2, 1)], "images/s", note)]
         load_s = BATCH_SIZE / rate[(name, 0, 1)]
-        predicted = load_s / steady_state_time_per_batch(2, load_s, 0.0, handover[name])
+        predicted = load_s / steady_state_time_per_batch(2, load_s, 0.0, handover[name], cores=cores)
         measured = rate[(name, 2, 1)] / rate[(name, 0, 1)]
         out += [figure(f"pipeline {name}: hand-over per batch", handover[name] * 1e3, "ms",
                        "fresh shared memory minus fresh private memory, one thread"),
                 figure(f"pipeline {name}: 2-worker speed-up, measured", measured, "x", "against 0 workers, 1 thread"),
                 figure(f"pipeline {name}: 2-worker speed-up, model", predicted, "x",
-                       "steady_state_time_per_batch(2, load, 0, hand-over)"),
+                       f"steady_state_time_per_batch(2, load, 0, hand-over, cores={cores})"),
                 figure(f"pipeline {name}: model / measured", predicted / measured, "x", "budget 0.85 to 1.15")]
     out.append(figure("pipeline recommended 2 workers / naive default", rate[("recommended", 2, 1)]
                       / rate[("naive", 0, default_threads)], "x", "budget >= 2.5 on 2 cores"))
