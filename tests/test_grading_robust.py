@@ -30,6 +30,7 @@ from feedgpu.workflows import grade, release
 from feedgpu.workflows.sandbox import Limits
 from grading_fixtures import (
     FIXTURE_SOURCE,
+    SPAWN_CELL,
     TINY,
     cell,
     grade_id,
@@ -67,9 +68,7 @@ TAMPER = ("ip = get_ipython()\n"
 
 # A laptop with one core, and macOS or Windows (spawn): the course's way of keeping
 # DataLoader's "more workers than cores" warning out of the test cells must hold there.
-ONE_CORE_SPAWN = ("import multiprocessing, os\n"
-                  "multiprocessing.set_start_method('spawn', force=True)\n"
-                  "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})")
+ONE_CORE_SPAWN = SPAWN_CELL + "\nimport os\nos.sched_setaffinity(0, {min(os.sched_getaffinity(0))})"
 # One core without that care: the warning reaches the test cell that starts workers.
 ONE_CORE_WARNS = ("import os, warnings\nwarnings.resetwarnings()\n"
                   "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})")

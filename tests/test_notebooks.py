@@ -13,6 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grading_fixtures import cell
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / "solutions").glob("*/*.ipynb"))
 
@@ -61,7 +63,7 @@ def test_solution_ran_its_workers_under_spawn(course_grading, name):
     """The session's grading of the solutions is the course's run under *spawn* (as on
     macOS and Windows): the configuration cell reports the start method it found."""
     nb = course_grading.autograded("ada_solution", name)
-    config = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "config")
+    config = cell(nb, "config")
     if "START_METHOD" not in config.source:
         pytest.skip(f"{name} does not report its start method")
     printed = "".join(o.get("text", "") for o in config.get("outputs", []) if o.get("output_type") == "stream")

@@ -38,6 +38,7 @@ __all__ = [
     "LoaderTiming",
     "time_loader",
     "shutdown_workers",
+    "median_seconds",
 ]
 
 
@@ -195,6 +196,16 @@ def _make_step(step: Step) -> Callable[[Any], Any]:
             f"step must be None, a number of seconds or a callable taking the batch, got {step!r}"
         ) from None
     return lambda batch: time.sleep(seconds)
+
+
+def median_seconds(run: Callable[[], Any], repeats: int) -> float:
+    """The median of ``repeats`` timed calls of ``run()``, in seconds (``perf_counter``)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def shutdown_workers(iterator_or_loader: Any) -> None:

@@ -49,7 +49,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..checks import check_choice, check_int, check_seconds
-from .timing import shutdown_workers
+from .timing import median_seconds, shutdown_workers
 
 __all__ = [
     "payload_bytes",
@@ -208,15 +208,6 @@ def time_per_item(dataset: Dataset, n: int = 20) -> float:
     return (time.perf_counter() - start) / n
 
 
-def _median_s(run: Any, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def shared_memory_write_s(shape: Sequence[int], dtype: torch.dtype = torch.float32, repeats: int = 10) -> float:
     """Seconds a worker pays, more than a single process, to write one batch tensor.
 
@@ -239,8 +230,8 @@ def shared_memory_write_s(shape: Sequence[int], dtype: torch.dtype = torch.float
     """
     repeats = check_int("repeats", repeats, minimum=1)
     shape = tuple(check_int("a dimension of shape", d, minimum=0) for d in shape)
-    private = _median_s(lambda: torch.empty(shape, dtype=dtype).fill_(1), repeats)
-    shared = _median_s(lambda: torch.empty(shape, dtype=dtype).share_memory_().fill_(1), repeats)
+    private = median_seconds(lambda: torch.empty(shape, dtype=dtype).fill_(1), repeats)
+    shared = median_seconds(lambda: torch.empty(shape, dtype=dtype).share_memory_().fill_(1), repeats)
     return max(shared - private, 0.0)
 
 

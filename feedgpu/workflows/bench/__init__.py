@@ -163,15 +163,12 @@ def _shared_memory_cost(batch_size: int, repeats: int = 10) -> list[Figure]:
     memory the process already holds."""
     import torch
 
+    from feedgpu.measure.timing import median_seconds
+
     numel = batch_size * 3 * 250 * 250
 
     def fill_ms(make) -> float:
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            make().fill_(1.0)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times) * 1e3
+        return median_seconds(lambda: make().fill_(1.0), repeats) * 1e3
 
     held = torch.empty(numel)
     held_ms = fill_ms(lambda: held)
