@@ -27,43 +27,90 @@ from feedgpu.model import steady_state_time_per_batch
 
 _MISSING = object()
 
-#: For each answer (the grade id of its cell), the course's code that does that answer's
-#: job, as ``"module:attribute"``: a function, a class (all of its methods) or a method
-#: (``"module:Class.method"``). While the answer's tests run (:func:`without_references`),
-#: none of them can be called; the inspection of a submission flags an answer cell that
-#: uses one (:mod:`feedgpu.workflows.inspection`). Every answer with a reference in the
-#: course is listed; an answer no code of the course computes has no entry. Grade ids
+class NothingToHide(tuple):
+    """An entry of :data:`REFERENCES` that hides nothing, and says why.
+
+    It is an empty tuple (so it hides nothing wherever the table is read) that carries
+    ``why``: the reason no code of the course or of a library does that answer's job.
+    """
+
+    why: str
+
+    def __new__(cls, why: str) -> "NothingToHide":
+        if not why or not why.strip():
+            raise ValueError("an entry that hides nothing must say why")
+        entry = super().__new__(cls)
+        entry.why = why
+        return entry
+
+    def __repr__(self) -> str:
+        return f"NothingToHide({self.why!r})"
+
+
+#: For every graded answer (the grade id of its cell) of every notebook, the code that does
+#: that answer's job, as ``"module:attribute"``: a function, a class (all of its methods)
+#: or a method (``"module:Class.method"``), of the course or of a library whose function
+#: the exercise asks the student to write. While the answer's tests run
+#: (:func:`without_references`), none of them can be called; the inspection of a
+#: submission flags an answer cell that uses one (:mod:`feedgpu.workflows.inspection`).
+#: An answer that no such code computes has a :class:`NothingToHide` entry with the
+#: reason; the tests check that every answer of every notebook has an entry. Grade ids
 #: are unique across the course, so one table serves every notebook.
 REFERENCES: dict[str, tuple[str, ...]] = {
     # 00_orientation
     "time_per_step": ("feedgpu.testing:overlap_model", "feedgpu.model:steady_state_time_per_batch"),
-    # 01_dataset (Part D's tests stand the first three in for the student's Parts A to C)
-    "find_people": ("lfw_dataset:find_classes",),
-    "list_images": ("lfw_dataset:make_samples",),
-    "load_rgb": ("lfw_dataset:load_image",),
-    "faces_dataset": ("lfw_dataset:LFWDataset",),
+    "epoch_time": ("feedgpu.model:simulate",),
+    # 01_dataset (Part D's tests stand the first three in for the student's Parts A to C).
+    # torchvision's folder functions do each job too; ImageFolder is the oracle of Part D,
+    # read before the references are hidden.
+    "find_people": ("lfw_dataset:find_classes", "torchvision.datasets.folder:find_classes",
+                    "torchvision.datasets.folder:DatasetFolder.find_classes"),
+    "list_images": ("lfw_dataset:make_samples", "torchvision.datasets.folder:make_dataset",
+                    "torchvision.datasets.folder:DatasetFolder.make_dataset"),
+    "load_rgb": ("lfw_dataset:load_image", "torchvision.datasets.folder:pil_loader",
+                 "torchvision.datasets.folder:default_loader"),
+    "faces_dataset": ("lfw_dataset:LFWDataset", "torchvision.datasets.folder:DatasetFolder",
+                      "torchvision.datasets.folder:ImageFolder"),
     # 02_workers
     "measure": ("feedgpu.measure.timing:time_loader",),
+    "speedup_table": NothingToHide("pandas arithmetic on the student's own sweep: no code of the course "
+                                   "computes speed-ups or efficiencies from a table"),
+    "predict_speedup": NothingToHide("the course's model (feedgpu.model) counts every second of an item as "
+                                     "CPU; none of its code splits an item into waiting and computing"),
     "time_epochs": ("feedgpu.measure.timing:time_loader",),
     # 03_prefetch_transfer
     "time_per_batch": ("feedgpu.model:steady_state_time_per_batch", "feedgpu.testing:overlap_model"),
     "workers_needed": ("feedgpu.model:steady_state_time_per_batch", "feedgpu.model:bottleneck_stage"),
     "collate_to_tensor": ("feedgpu.workloads.arrays:collate_tensor",),
     # 04_augmentation
+    "stage_fractions": NothingToHide("dict arithmetic; the course's stage_table reports milliseconds and "
+                                     "images per second, never shares"),
+    "slowest_stage": NothingToHide("a maximum over a dict; the course's bottleneck_stage names a stage of "
+                                   "its own model from three fixed costs, not a key of a table"),
     "expected_speedup": ("feedgpu.model:steady_state_time_per_batch",),
+    "seed_worker": NothingToHide("no code of the course or of PyTorch reseeds a dataset's numpy generator "
+                                 "in a worker: that is the gap the exercise fills"),
     # 05_pinned_memory
     "transfer_time_s": ("feedgpu.copies:LinearCost.time_s",),
     "fit_transfer": ("feedgpu.copies:fit_linear_cost",),
     "strategy_time_s": ("feedgpu.copies:strategy_time_s", "feedgpu.copies:predict_strategies",
                         "feedgpu.simdevice:simulate_strategy"),
     "loop_time_s": ("feedgpu.copies:training_loop_s",),
+    "time_copy": NothingToHide("the course's timers (feedgpu.measure.pinning) take no copy, synchronize "
+                               "and clock to call; the simulated device's readings are for one copy it makes"),
+    # 06_copy_on_write
+    "metric_to_sum": NothingToHide("a name, not a computation"),
+    "true_peak_mb": ("feedgpu.measure.memory:peak_total_mb",),
+    "deserialize": ("feedgpu.workloads.records:SerializedRecordDataset.__getitem__",),
+    "serialize": ("feedgpu.workflows.bench.memory:_as_buffer",),
     # 07_remote_storage
     "predicted_items_per_s": ("feedgpu.remote_model:predicted_items_per_s",
                               "feedgpu.remote_model:simulate_store"),
     "fetch_all": ("feedgpu.workloads.remote:fetch_all",),
     "fetch_with_retries": ("feedgpu.workloads.remote:fetch_with_retries",),
     # 08_distributed
-    "shard_indices": ("feedgpu.distributed.shards:padded_indices",),
+    "shard_indices": ("feedgpu.distributed.shards:padded_indices",
+                      "torch.utils.data.distributed:DistributedSampler"),
     "shard_stream": ("feedgpu.distributed.shards:shard_by_rank_and_worker",),
     "exact_accuracy": ("feedgpu.distributed.shards:exact_accuracy",),
 }
@@ -142,14 +189,24 @@ def _functions(obj: Any, name: str) -> Iterator[tuple[types.FunctionType, str]]:
 
 
 def _raising_code(function: types.FunctionType, name: str) -> types.CodeType:
-    """Code that raises :class:`ReferenceHidden` naming ``name``, for ``function``'s place."""
-    if function.__closure__:
-        raise TypeError(f"{name} has a closure: hide the function that holds it instead")
-    source = (f"def stand_in(*args, **kwargs):\n"
-              f"    raise __import__('feedgpu.testing', fromlist=['ReferenceHidden']).ReferenceHidden({name!r})\n")
+    """Code that raises :class:`ReferenceHidden` naming ``name``, for ``function``'s place.
+
+    It has the same free variables as ``function`` (a method that calls ``super()`` has
+    one, ``__class__``), because Python swaps a function's code only for code that fits
+    its closure; it never reads them.
+    """
+    free = function.__code__.co_freevars
+    source = ("def outer():\n"
+              + "".join(f"    {var} = None\n" for var in free)
+              + "    def stand_in(*args, **kwargs):\n"
+              + f"        raise __import__('feedgpu.testing', fromlist=['ReferenceHidden']).ReferenceHidden({name!r})\n"
+              + (f"        ({', '.join(free)},)  # never reached: binds the closure's names\n" if free else "")
+              + "    return stand_in\n")
     namespace: dict[str, Any] = {}
-    exec(compile(source, f"<hidden: {name}>", "exec"), namespace)  # noqa: S102 (our own constant source)
-    code = namespace["stand_in"].__code__
+    exec(compile(source, f"<hidden: {name}>", "exec"), namespace)  # noqa: S102 (our own source)
+    code = namespace["outer"]().__code__
+    if code.co_freevars != free:
+        raise TypeError(f"{name}: cannot make code with its free variables {free}")
     return code.replace(co_name=function.__code__.co_name, co_qualname=function.__qualname__)
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from wrong_answers import delegations
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
 RELEASE = ROOT / "notebooks"
@@ -46,51 +48,12 @@ SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 #: a whole-notebook grading costs time; the one-kernel runs try every notebook's).
 DELEGATING = "00_orientation"
 
-#: Each answer of :data:`feedgpu.testing.REFERENCES` handed in as a call of the course's
-#: own code, in the ways a student could write it: an import under the answer's name, a
-#: module attribute, a default argument, a subclass, a one-line wrapper. Each would pass
-#: most of its tests if the references were not hidden while they run.
-DELEGATIONS: dict[str, str] = {
-    "time_per_step": "from feedgpu.testing import overlap_model as time_per_step",
-    "find_people": "import lfw_dataset\n\n\ndef find_people(root):\n    return lfw_dataset.find_classes(root)",
-    "list_images": ("import lfw_dataset\n\n\ndef list_images(root, class_to_idx, _samples=lfw_dataset.make_samples):\n"
-                    "    return _samples(root, class_to_idx)"),
-    "load_rgb": "from lfw_dataset import load_image as load_rgb",
-    "faces_dataset": "import lfw_dataset\n\n\nclass FacesDataset(lfw_dataset.LFWDataset):\n    pass",
-    "measure": ("def measure(loader, batches, warmup=2, repeats=3):\n"
-                "    timing = time_loader(loader, batches=batches, warmup=max(warmup - 1, 0), repeats=repeats)\n"
-                "    return timing.mean_s_per_batch, timing.std_s_per_batch"),
-    "time_epochs": ("def time_epochs(loader, epochs):\n    if epochs < 1:\n        raise ValueError(epochs)\n"
-                    "    timings = [time_loader(loader, warmup=0, repeats=1) for _ in range(epochs)]\n"
-                    "    return [(t.startup_s[0], t.startup_s[0] + t.s_per_batch[0] * t.n_batches[0]) for t in timings]"),
-    "time_per_batch": "time_per_batch = steady_state_time_per_batch",
-    "workers_needed": ("def workers_needed(load_s, step_s, transfer_s=0.0):\n"
-                       "    if step_s + transfer_s <= 0:\n        raise ValueError('no count keeps up')\n"
-                       "    return next(w for w in range(1, 10**6) if steady_state_time_per_batch(w, load_s, step_s, transfer_s)"
-                       " <= (step_s + transfer_s) * (1 + 1e-9))"),
-    "collate_to_tensor": "collate_to_tensor = collate_tensor",
-    "expected_speedup": ("from feedgpu.model import steady_state_time_per_batch\n\n\n"
-                         "def expected_speedup(per_item_s, overhead_s, workers, cores):\n"
-                         "    if workers == 0:\n        return 1.0\n"
-                         "    return per_item_s / steady_state_time_per_batch(workers, per_item_s, 0.0, overhead_s, cores)"),
-    "transfer_time_s": ("def transfer_time_s(nbytes, latency_s, bytes_per_s):\n"
-                        "    return LinearCost(latency_s, bytes_per_s).time_s(nbytes)"),
-    "fit_transfer": ("from feedgpu.copies import fit_linear_cost\n\n\ndef fit_transfer(nbytes, seconds):\n"
-                     "    cost = fit_linear_cost(nbytes, seconds).cost\n    return cost.latency_s, cost.bytes_per_s"),
-    "strategy_time_s": "from feedgpu.copies import strategy_time_s",
-    "loop_time_s": ("import feedgpu.copies as copies\n\n\ndef loop_time_s(n_batches, copy_s, compute_s, overlapped):\n"
-                    "    return copies.training_loop_s(n_batches, copy_s, compute_s, overlapped=overlapped)"),
-    "predicted_items_per_s": "from feedgpu.remote_model import predicted_items_per_s",
-    "fetch_all": "import feedgpu.workloads.remote as remote\n\nfetch_all = remote.fetch_all",
-    "fetch_with_retries": "from feedgpu.workloads.remote import fetch_with_retries",
-    "shard_indices": "from feedgpu.distributed.shards import padded_indices as shard_indices",
-    "shard_stream": ("from feedgpu.distributed.shards import shard_by_rank_and_worker as shard_stream\n\n\n"
-                     "def even_shard_stream(ids, rank, world_size, worker_id, num_workers):\n"
-                     "    share = shard_stream(ids, rank, world_size, worker_id, num_workers)\n"
-                     "    return share[: len(ids) // (world_size * num_workers)]"),
-    "exact_accuracy": ("from feedgpu.distributed.shards import exact_accuracy as _exact\n\n\n"
-                       "def exact_accuracy(pairs):\n    return _exact(pairs)[0]"),
-}
+#: Each answer with references in :data:`feedgpu.testing.REFERENCES` handed in as a call of
+#: one of them, in the ways a student could write it, for every notebook: kept beside each
+#: notebook's wrong answers in ``tests/wrong_answers/``. Each would pass most of its tests
+#: if the references were not hidden while they run.
+DELEGATIONS: dict[str, str] = {answer: source for folder in sorted(SOLUTIONS.iterdir())
+                               for answer, source in delegations(folder.name).items()}
 
 
 # --------------------------------------------------------------------------- cell roles

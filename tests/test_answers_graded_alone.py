@@ -19,9 +19,16 @@ demonstrations in between are skipped. In that kernel:
    as a delegation to that code (:data:`DELEGATIONS`), then its own tests: every one must
    fail, because the reference is unavailable while they run (``ReferenceHidden``); then
    the answer again;
-4. the release: every answer stubbed, every test.
+4. each plausible wrong answer kept in ``tests/wrong_answers/``, then the tests it names:
+   each must fail; then the answer again, and the same tests: each must pass again (so
+   the failure was the wrong answer's, not something an earlier one left behind);
+5. the release: every answer stubbed, every test.
 
-The pass/fail of each test in 1 and 4 is then compared with the points nbgrader gave each
+Two rules hold for every notebook, checked without a kernel: every answer has an entry in
+``REFERENCES`` (one that hides nothing says why), and every graded test is named by at
+least one wrong answer that it must fail.
+
+The pass/fail of each test in 1 and 5 is then compared with the points nbgrader gave each
 test cell in the session's grading of the solution and of the release (``course_grading``):
 two independent runs of the same tests, which must agree.
 """
@@ -35,7 +42,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from feedgpu.testing import REFERENCES
+from feedgpu.testing import REFERENCES, NothingToHide
 from grading_fixtures import (
     DELEGATIONS,
     ALL_CORES,
@@ -54,6 +61,7 @@ from grading_fixtures import (
     points_by_test,
     stderr_of,
 )
+from wrong_answers import WrongAnswer, wrong_answers
 
 NAMES = course_notebooks()
 
@@ -72,7 +80,10 @@ class Run:
     solution_stderr: dict[str, str] = field(default_factory=dict)  # test -> stderr (pass 1)
     stub_failed: dict[str, set[str]] = field(default_factory=dict)  # answer -> failed tests (pass 2)
     delegated: dict[str, dict[str, str | None]] = field(default_factory=dict)  # answer -> test -> error (pass 3)
-    release_failed: set[str] = field(default_factory=set)  # pass 4
+    wrong_caught: dict[str, dict[str, str | None]] = field(default_factory=dict)  # mistake -> test -> error (pass 4)
+    wrong_errors: dict[str, str] = field(default_factory=dict)  # mistake -> error of its own cell (pass 4)
+    wrong_not_restored: dict[str, dict[str, str]] = field(default_factory=dict)  # mistake -> test -> error after
+    release_failed: set[str] = field(default_factory=set)  # pass 5
 
 
 def run_notebook(name: str) -> Run:
@@ -117,13 +128,23 @@ def run_notebook(name: str) -> Run:
                 run.stub_failed[answer] = {gid for gid, out in got.items() if error_of(out)}
                 kernel.run_ok(c.source, f"{answer} (put back)")
         for c in cells:  # 3. each answer that could delegate, delegating
-            if is_answer(c) and grade_id(c) in REFERENCES:
+            if is_answer(c) and REFERENCES.get(grade_id(c)):
                 answer = grade_id(c)
                 kernel.run_ok(DELEGATIONS[answer], f"the delegation of {answer}")
                 run.delegated[answer] = {gid: error_of(kernel.run(cell_by_id[gid].source))
                                          for gid in run.owners[answer]}
                 kernel.run_ok(c.source, f"{answer} (put back)")
-        got = answers_and_tests(kernel, 0, stubs)  # 4. the release
+        for mistake in wrong_answers(name):  # 4. each wrong answer, then its answer again
+            key = f"{mistake.answer}: {mistake.mistake}"
+            err = error_of(kernel.run(mistake.source))
+            if err:
+                run.wrong_errors[key] = err
+            tests = [gid for gid in run.tests if gid in mistake.fails]
+            run.wrong_caught[key] = {gid: error_of(kernel.run(cell_by_id[gid].source)) for gid in tests}
+            kernel.run_ok(cell_by_id[mistake.answer].source, f"{mistake.answer} (put back)")
+            after = {gid: error_of(kernel.run(cell_by_id[gid].source)) for gid in tests}
+            run.wrong_not_restored[key] = {gid: err for gid, err in after.items() if err}
+        got = answers_and_tests(kernel, 0, stubs)  # 5. the release
         run.release_failed = {gid for gid, out in got.items() if error_of(out)}
     return run
 
@@ -174,7 +195,7 @@ def test_an_answer_that_calls_the_course_reference_fails_every_test(one_kernel_r
     fails because the reference was unavailable (not by chance)."""
     run = one_kernel_run
     assert not run.setup_errors, f"{run.name}: set-up cells raised {run.setup_errors}"
-    expected = sorted(answer for answer in run.owners if answer in REFERENCES)
+    expected = sorted(answer for answer in run.owners if REFERENCES.get(answer))
     assert sorted(run.delegated) == expected, f"{run.name}: delegations run {sorted(run.delegated)}, expected {expected}"
     passed = {answer: sorted(gid for gid, err in tests.items() if err is None)
               for answer, tests in run.delegated.items()}
@@ -195,13 +216,69 @@ def test_every_answer_with_a_reference_hides_it_in_each_of_its_tests():
         for answer, tests in own_tests(solution.cells).items():
             assert answer not in answers, f"answer id {answer} in {answers.get(answer)} and {name}"
             answers[answer] = name
-            if answer in REFERENCES:
+            if REFERENCES.get(answer):
                 missing = [t for t in tests if f'without_references("{answer}")' not in sources[t]]
                 assert not missing, f"{name}: these tests of {answer} do not hide its references: {missing}"
                 assert answer in DELEGATIONS, f"{name}: no delegation of {answer} to try"
     if not os.environ.get("FEEDGPU_NOTEBOOKS"):  # the whole course: every listed answer is somewhere
         unknown = sorted(set(REFERENCES) - set(answers))
         assert not unknown, f"REFERENCES lists answers that no notebook has: {unknown}"
+
+
+def test_every_answer_has_an_entry_in_references():
+    """Every graded code answer of every notebook is in ``REFERENCES``: with the code that does
+    its job (hidden while its tests run), or with the reason nothing does (no kernel needed)."""
+    missing, silent = [], []
+    for name in NAMES:
+        solution = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", 4)
+        for c in solution.cells:
+            if is_answer(c) and own_tests(solution.cells).get(grade_id(c)):
+                entry = REFERENCES.get(grade_id(c))
+                if entry is None:
+                    missing.append(f"{name}:{grade_id(c)}")
+                elif not entry and not (isinstance(entry, NothingToHide) and entry.why.strip()):
+                    silent.append(f"{name}:{grade_id(c)}")
+    assert not missing, f"these answers have no entry in feedgpu.testing.REFERENCES: {missing}"
+    assert not silent, f"these entries hide nothing and do not say why (use NothingToHide): {silent}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_graded_test_fails_for_a_named_wrong_answer(name):
+    """Each graded test cell is named by a plausible wrong answer of ``tests/wrong_answers/``,
+    which names only tests of its own answer (no kernel needed; the one-kernel run checks
+    that each really fails)."""
+    solution = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", 4)
+    owners = own_tests(solution.cells)
+    kept = wrong_answers(name)
+    assert all(isinstance(w, WrongAnswer) for w in kept), f"{name}: WRONG_ANSWERS holds something else"
+    strays = {f"{w.answer}: {w.mistake}": sorted(w.fails - set(owners.get(w.answer, ())))
+              for w in kept if not w.fails or not w.fails <= set(owners.get(w.answer, ()))}
+    assert not strays, (f"{name}: these wrong answers name no test, or tests that are not their answer's "
+                        f"own (answer: tests): {strays}")
+    named = {gid for w in kept for gid in w.fails}
+    unnamed = [gid for gid in graded_test_ids(solution) if gid not in named]
+    assert not unnamed, (f"{name}: no wrong answer in tests/wrong_answers/nb{name}.py fails these graded tests, "
+                         f"so nothing shows they can fail: {unnamed}")
+    keys = [f"{w.answer}: {w.mistake}" for w in kept]
+    assert len(keys) == len(set(keys)), f"{name}: two wrong answers describe the same mistake"
+
+
+def test_each_wrong_answer_fails_the_tests_that_name_it(one_kernel_run):
+    """In the notebook's kernel, each wrong answer fails every test it names, and those tests
+    pass again once the solution is back."""
+    run = one_kernel_run
+    assert not run.setup_errors, f"{run.name}: set-up cells raised {run.setup_errors}"
+    assert not run.wrong_errors, f"{run.name}: these wrong answers do not even run: {run.wrong_errors}"
+    passed = {key: sorted(gid for gid, err in tests.items() if err is None)
+              for key, tests in run.wrong_caught.items()}
+    passed = {key: tests for key, tests in passed.items() if tests}
+    assert not passed, f"{run.name}: these tests pass for a wrong answer they should catch: {passed}"
+    hidden = {key: {gid: err for gid, err in tests.items() if err and err.startswith("ReferenceHidden")}
+              for key, tests in run.wrong_caught.items()}
+    hidden = {key: tests for key, tests in hidden.items() if tests}
+    assert not hidden, f"{run.name}: these wrong answers fail only because they call a reference: {hidden}"
+    stuck = {key: tests for key, tests in run.wrong_not_restored.items() if tests}
+    assert not stuck, f"{run.name}: with the solution put back, these tests still fail: {stuck}"
 
 
 @pytest.mark.grading

@@ -21,6 +21,7 @@ import feedgpu.testing
 from feedgpu.model import steady_state_time_per_batch
 from feedgpu.testing import (
     REFERENCES,
+    NothingToHide,
     ReferenceHidden,
     hidden,
     overlap_model,
@@ -244,7 +245,10 @@ def test_only_the_answers_own_references_are_hidden():
 
 def test_every_listed_reference_can_be_hidden_and_restored():
     for answer, references in REFERENCES.items():
-        assert references, f"{answer} lists no reference"
+        if isinstance(references, NothingToHide):
+            assert references == () and references.why.strip(), f"{answer}: hides nothing, so it must say why"
+            continue
+        assert references, f"{answer} lists no reference and no reason (NothingToHide)"
         for reference in references:
             obj = resolve(reference)
             assert callable(obj), f"{answer}: {reference} is not callable"
@@ -267,3 +271,53 @@ def test_a_forked_worker_inherits_the_hiding_a_spawned_one_does_not():
     with hidden("feedgpu.testing:overlap_model"):
         with multiprocessing.get_context("spawn").Pool(1) as pool:
             assert pool.apply(overlap_model, (0.1, 0.2, True)) == pytest.approx(0.2)
+
+
+def test_an_entry_that_hides_nothing_must_say_why():
+    entry = NothingToHide("no code of the course computes it")
+    assert entry == () and len(entry) == 0 and entry.why == "no code of the course computes it"
+    assert "no code of the course" in repr(entry)
+    for empty in ("", "   "):
+        with pytest.raises(ValueError, match="say why"):
+            NothingToHide(empty)
+    answer = next(a for a, refs in REFERENCES.items() if isinstance(refs, NothingToHide))
+    with without_references(answer):  # hides nothing, and is no error
+        assert overlap_model(0.03, 0.02, True) == pytest.approx(0.03)
+
+
+class _Base:
+    def size(self) -> int:
+        return 1
+
+
+class _UsesSuper(_Base):
+    def size(self) -> int:  # super() gives this method a closure (__class__)
+        return super().size() + 1
+
+
+def test_a_method_that_calls_super_can_be_hidden_and_restored():
+    """Library classes (torchvision's DatasetFolder) have such methods: they hide as any other."""
+    import sys
+
+    module = sys.modules[__name__]
+    with hidden(f"{module.__name__}:_UsesSuper"):
+        with pytest.raises(ReferenceHidden, match="_UsesSuper.size"):
+            _UsesSuper().size()
+        assert _Base().size() == 1, "the base class is not hidden"
+    assert _UsesSuper().size() == 2, "the method is put back, with its closure"
+
+
+def test_library_functions_that_an_exercise_rebuilds_are_hidden():
+    """01 hides torchvision's folder scan and ImageFolder; 08 hides DistributedSampler."""
+    from torch.utils.data.distributed import DistributedSampler
+    from torchvision.datasets import ImageFolder
+    from torchvision.datasets.folder import find_classes
+
+    with without_references("find_people", "faces_dataset", "shard_indices"):
+        with pytest.raises(ReferenceHidden):
+            find_classes("/nonexistent")
+        with pytest.raises(ReferenceHidden):
+            ImageFolder("/nonexistent")
+        with pytest.raises(ReferenceHidden):
+            DistributedSampler(list(range(4)), num_replicas=2, rank=0)
+    assert list(DistributedSampler(list(range(4)), num_replicas=2, rank=0, shuffle=False)) == [0, 2]

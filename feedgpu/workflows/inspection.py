@@ -360,14 +360,17 @@ def _parse(source: str) -> ast.Module | None:
 
 def _matches(qualified: str, module: str, attr: str) -> bool:
     """Whether the dotted name ``qualified`` is the reference ``module:attr``: written out,
-    through an instance (``LinearCost(...).time_s``), or through another module of the
-    course that imported it (``feedgpu.testing.steady_state_time_per_batch``)."""
+    through an instance (``LinearCost(...).time_s``), through another module of the
+    course that imported it (``feedgpu.testing.steady_state_time_per_batch``), or through
+    another module of the reference's own package that re-exports it
+    (``torch.utils.data.DistributedSampler`` for ``torch.utils.data.distributed``)."""
     if qualified.endswith("()"):  # what a call returned, not the reference: its call is found where it is
         return False
     name = qualified.replace("()", "")
     if name == f"{module}.{attr}":
         return True
-    return name.endswith(f".{attr}") and name[: -len(attr) - 1].split(".")[0] in _COURSE_ROOTS
+    root, own = name[: -len(attr) - 1].split(".")[0], module.split(".")[0]
+    return name.endswith(f".{attr}") and (root == own or {root, own} <= _COURSE_ROOTS)
 
 
 def find_delegations(source: str, references: Sequence[str], context: Sequence[str] = (),
