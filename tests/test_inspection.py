@@ -149,6 +149,59 @@ def test_edited_unlocked_and_deleted_test_cells_are_noted(tmp_path):
     )
 
 
+def _layout(nb: nbformat.NotebookNode) -> list[str]:
+    """The ids of the marked cells, and '-' for each ordinary cell, in order."""
+    return [c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "-") for c in nb.cells]
+
+
+def test_deleted_test_cells_come_back_where_the_release_has_them(tmp_path):
+    """nbgrader's own restoring stops with a KeyError when the cell before a deleted test is a
+    locked helper (notebook 06's test_helpers_b): the inspection restores them itself."""
+    nb = _answered()
+    deleted = [c for c in nb.cells if grade_id(c) not in ("test_double", "test_double_type", "setup")]
+    nb.cells = deleted
+    nb.cells.insert(1, nbformat.v4.new_code_cell("x = 1  # an experiment of mine"))
+    report, after = _inspect(tmp_path, nb)
+    assert _layout(after) == ["header", "setup", "-", "double", "test_double", "test_double_type", "-"], (
+        f"restored cells must sit where the release has them, around the student's own cells: {_layout(after)}")
+    assert [c.source for c in after.cells if grade_id(c) in ("test_double", "test_double_type")] == [TEST_A, TEST_B]
+    assert sorted(report.notes) == ["locked cell setup was missing: restored from the assignment",
+                                    "test cell test_double was missing: restored from the assignment",
+                                    "test cell test_double_type was missing: restored from the assignment"], report.notes
+    assert report.changed
+
+
+def test_a_test_cell_moved_above_its_answer_is_put_back_after_it(tmp_path):
+    nb = _answered()
+    test = _cell(nb, "test_double_type")
+    nb.cells.remove(test)
+    nb.cells.insert(0, test)  # first in the notebook: it would run before double exists
+    report, after = _inspect(tmp_path, nb)
+    assert _layout(after) == _layout(_release()), f"the moved test goes back to its place: {_layout(after)}"
+    assert report.notes == ["test cell test_double_type was out of place: put back where the assignment has it"], (
+        report.notes)
+
+
+def test_reordered_answers_stay_where_the_student_put_them(tmp_path):
+    """Only cells the student may not change are moved; answers and ordinary cells keep their order."""
+    nb = _answered()
+    nb.cells.append(nbformat.v4.new_code_cell("double(5)"))
+    report, after = _inspect(tmp_path, nb)
+    assert report.notes == [] and not report.changed, f"an honest notebook is left alone: {report.notes}"
+    ordinary = after.cells.pop()
+    after.cells.insert(2, ordinary)  # an ordinary cell moved up: nothing to repair
+    report, again = _inspect(tmp_path, after)
+    assert report.notes == [] and _layout(again) == _layout(after), report.notes
+
+
+def test_a_missing_answer_cell_is_noted_not_restored(tmp_path):
+    nb = _answered()
+    nb.cells.remove(_cell(nb, "double"))
+    report, after = _inspect(tmp_path, nb)
+    assert "double" not in _layout(after), "there is nothing to restore a student's answer from"
+    assert report.notes == ["answer cell double was missing: its tests ran without it"], report.notes
+
+
 def test_tampering_in_an_answer_or_an_added_cell_is_flagged_with_its_place(tmp_path):
     nb = _answered()
     _cell(nb, "double").source = HONEST + "\nimport os\nos._exit(0)\n"

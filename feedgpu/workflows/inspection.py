@@ -7,7 +7,15 @@ error, and the student would get nothing. So before grading we:
 
 * drop the nbgrader marks of cells whose id the assignment does not know, or that repeat
   an id, so nbgrader restores the instructor's cell in their place (and say so);
-* note test cells that were edited, unlocked or deleted (nbgrader restores them);
+* put back every cell of the release that the student may not change (test cells,
+  set-up and instructions: locked cells with an id) and every graded cell that is missing
+  or out of place, where the release has it, and say so. nbgrader runs the instructor's
+  version of each such cell, but adds back only deleted *graded* cells, next to a cell it
+  may not find (its ``add_missing_cells`` stops with a ``KeyError`` when the cell before
+  a deleted test is a locked helper cell), and never moves a cell: a test moved above its
+  answer would fail. So a student who deletes, edits or reorders test cells is graded as
+  if the tests were where the release has them;
+* note test cells that were edited or unlocked (nbgrader runs the instructor's version);
 * flag student code that tries to switch tests off or escape the grader: IPython input
   or AST transformers, builtins, redefined ``assert`` helpers, exception hooks, tracing,
   interrupt handlers, exiting the kernel, rebinding the course's test helpers.
@@ -27,6 +35,7 @@ Flags are for a person to read; they change no score.
 from __future__ import annotations
 
 import ast
+import copy
 import logging
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -453,6 +462,80 @@ def scan_code(source: str) -> list[str]:
     return [what for what in _ORDER if what in found]
 
 
+def _must_stay(cell) -> bool:
+    """A cell of the release the student may not change, or a graded one: each must be in
+    the submission, where the release has it (tests, set-up, instructions, written answers)."""
+    meta = _nbgrader(cell)
+    return bool(meta.get("grade_id")) and (bool(meta.get("grade")) or
+                                           (bool(meta.get("locked")) and not meta.get("solution")))
+
+
+def _common_subsequence(a: Sequence[str], b: Sequence[str]) -> set[str]:
+    """The items of a longest common subsequence of ``a`` and ``b`` (items are unique in each)."""
+    lengths = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(len(a) - 1, -1, -1):
+        for j in range(len(b) - 1, -1, -1):
+            lengths[i][j] = (lengths[i + 1][j + 1] + 1 if a[i] == b[j]
+                             else max(lengths[i + 1][j], lengths[i][j + 1]))
+    common, i, j = set(), 0, 0
+    while i < len(a) and j < len(b):
+        if a[i] == b[j]:
+            common.add(a[i])
+            i, j = i + 1, j + 1
+        elif lengths[i + 1][j] >= lengths[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return common
+
+
+def _restore_layout(nb: nbformat.NotebookNode, given: nbformat.NotebookNode) -> tuple[list[str], list[str]]:
+    """Put back, in ``nb``, each cell of the release ``given`` that must stay (:func:`_must_stay`)
+    and is missing or out of place; returns the ids restored and the ids moved.
+
+    The cells with an id that are in the same order in both notebooks (a longest common
+    subsequence of their ids) stay where they are, and so does every ordinary cell and
+    every answer. Each missing or out-of-place cell goes back after the cell that precedes
+    it in the release: the nearest ordinary cell of the release that the student left
+    unchanged (a check that prints, a demonstration) or else the nearest cell with an id,
+    never past the next cell with an id that stayed. So a notebook whose test cells were
+    deleted or moved gets them back exactly where the release has them, around cells the
+    student did not touch. A missing cell is the release's copy; a moved one keeps the
+    student's (nbgrader runs the instructor's source either way).
+    """
+    release_ids = [_nbgrader(c)["grade_id"] for c in given.cells if _nbgrader(c).get("grade_id")]
+    must = {_nbgrader(c)["grade_id"]: c for c in given.cells if _must_stay(c)}
+    mine = {_nbgrader(c).get("grade_id"): c for c in nb.cells if _nbgrader(c).get("grade_id")}
+    stay = _common_subsequence([gid for gid in mine if gid in set(release_ids)], release_ids)
+    restored = [gid for gid in release_ids if gid in must and gid not in mine]
+    moved = [gid for gid in mine if gid in must and gid not in stay]
+    if not restored and not moved:
+        return [], []
+    nb.cells = [c for c in nb.cells if _nbgrader(c).get("grade_id") not in moved]
+    placed = set(stay)
+    for index, cell in enumerate(given.cells):
+        gid = _nbgrader(cell).get("grade_id")
+        if gid not in restored and gid not in moved:
+            continue
+        ids = [_nbgrader(c).get("grade_id") for c in nb.cells]
+        before = next((i for i in range(index - 1, -1, -1) if _nbgrader(given.cells[i]).get("grade_id") in placed),
+                      None)
+        after = next((_nbgrader(c)["grade_id"] for c in given.cells[index + 1:]
+                      if _nbgrader(c).get("grade_id") in stay), None)
+        low = 0 if before is None else ids.index(_nbgrader(given.cells[before])["grade_id"]) + 1
+        high = len(nb.cells) if after is None else ids.index(after)
+        at = low
+        for ordinary in reversed(given.cells[(before or -1) + 1:index]):  # the closest untouched one
+            same = [i for i in range(low, high) if not ids[i] and nb.cells[i].cell_type == ordinary.cell_type
+                    and nb.cells[i].source == ordinary.source]
+            if same:
+                at = same[-1] + 1
+                break
+        nb.cells.insert(at, mine[gid] if gid in moved else copy.deepcopy(must[gid]))
+        placed.add(gid)
+    return restored, [gid for gid in release_ids if gid in moved]
+
+
 def inspect_and_repair(submitted: Path, release: Path,
                        references: Mapping[str, Sequence[str]] = REFERENCES) -> Inspection:
     """Check ``submitted`` against the released notebook; rewrite it if it needs repair.
@@ -516,9 +599,18 @@ def inspect_and_repair(submitted: Path, release: Path,
                 others = [source for source in code_cells if source is not cell.source]
                 for used in find_delegations(cell.source, refs, others, answer_names):
                     report.flags.append(f"{label}: {DELEGATES.format(used)}")
+    restored, moved = _restore_layout(nb, given)
     for gid in sorted(set(known) - seen):
-        kind = "test cell" if gid in tests else "graded cell"
-        report.notes.append(f"{kind} {gid} was missing: restored from the assignment")
+        if gid in restored:
+            kind = ("test cell" if gid in tests else "graded cell" if _nbgrader(known[gid]).get("grade")
+                    else "locked cell")
+            report.notes.append(f"{kind} {gid} was missing: restored from the assignment")
+        else:  # the student's own answer: there is nothing to restore it from
+            report.notes.append(f"answer cell {gid} was missing: its tests ran without it")
+    for gid in moved:
+        kind = "test cell" if gid in tests else "locked cell"
+        report.notes.append(f"{kind} {gid} was out of place: put back where the assignment has it")
+    report.changed = report.changed or bool(restored or moved)
     if report.changed:
         nbformat.write(nb, submitted)
     return report
