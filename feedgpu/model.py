@@ -53,16 +53,17 @@ def _check_costs(num_workers: int, load_s: float, step_s: float, transfer_s: flo
 
 
 def _stage_times(
-    num_workers: int, load_s: float, step_s: float, transfer_s: float
+    num_workers: int, load_s: float, step_s: float, transfer_s: float, receive_s: float | None = None
 ) -> tuple[float, float]:
     """(seconds per batch the workers together need, seconds per batch the main needs)."""
     workers = (load_s + transfer_s) / num_workers
-    main = step_s + transfer_s
+    main = step_s + (transfer_s if receive_s is None else receive_s)
     return workers, main
 
 
 def steady_state_time_per_batch(
-    num_workers: int, load_s: float, step_s: float, transfer_s: float = 0.0, cores: float | None = None
+    num_workers: int, load_s: float, step_s: float, transfer_s: float = 0.0, cores: float | None = None,
+    receive_s: float | None = None,
 ) -> float:
     """Predicted seconds per batch of a training loop once the pipeline is full.
 
@@ -86,6 +87,14 @@ def steady_state_time_per_batch(
       one batch every ``(load_s + 2 * transfer_s) / cores`` seconds, a third floor. The
       step is taken to run elsewhere (a GPU) or to wait, not on these cores. Leave
       ``cores`` out when loading waits (a disk, a network) instead of computing.
+    * ``receive_s`` given: the two sides of a hand-over cost different amounts. A pickled
+      batch costs both about the same (one writes every byte, the other reads it), which
+      is what ``transfer_s`` alone assumes. A tensor in shared memory does not: the worker
+      writes every byte into a fresh shared segment (``transfer_s``: more than writing
+      private memory), while the main process only maps the segment it is handed and
+      unmaps it afterwards (``receive_s``: about a millisecond, whatever the size). The
+      main process then needs ``step_s + receive_s`` per batch, and a batch costs the
+      cores ``load_s + transfer_s + receive_s``.
 
     Assumptions: constant costs (no variance); ``w`` no larger than the free cores
     when loading is CPU work (otherwise ``load_s`` itself grows); ``prefetch_factor`` of 2
@@ -100,6 +109,8 @@ def steady_state_time_per_batch(
             worker and once by the main process.
         cores: cores free for loading and handing over (may be fractional), or
             ``None`` (default) when loading needs no core of its own.
+        receive_s: seconds the main process pays to receive one batch, when that differs
+            from the worker's ``transfer_s`` (default ``None``: the same).
 
     Returns:
         Seconds per batch in the steady state.
@@ -115,12 +126,13 @@ def steady_state_time_per_batch(
     _check_costs(num_workers, load_s, step_s, transfer_s)
     if cores is not None and check_number("cores", cores) <= 0:
         raise ValueError(f"cores must be > 0, got {cores!r}")
+    receive_s = transfer_s if receive_s is None else check_seconds("receive_s", receive_s)
     if num_workers == 0:
         return load_s + step_s
-    workers, main = _stage_times(num_workers, load_s, step_s, transfer_s)
+    workers, main = _stage_times(num_workers, load_s, step_s, transfer_s, receive_s)
     if cores is None:
         return max(main, workers)
-    return max(main, workers, (load_s + 2 * transfer_s) / cores)
+    return max(main, workers, (load_s + transfer_s + receive_s) / cores)
 
 
 def bottleneck_stage(

@@ -315,3 +315,28 @@ def test_cores_floor_caps_many_workers_at_the_cores():
 def test_cores_must_be_positive(cores):
     with pytest.raises(ValueError):
         steady_state_time_per_batch(2, 0.01, 0.0, 0.0, cores=cores)
+
+
+# --------------------------------------------------------------------------- an uneven hand-over
+
+
+def test_a_cheap_receive_lowers_the_main_process_and_the_cores_floor():
+    """A tensor in shared memory: the worker pays 20 ms to write it, the main process 1 ms to
+    map it. 2 workers, 70 ms to build, 2 cores: the workers allow (70 + 20) / 2 = 45 ms, the
+    cores (70 + 20 + 1) / 2 = 45.5 ms; charging the main process the worker's 20 ms would
+    give (70 + 40) / 2 = 55 ms instead."""
+    assert steady_state_time_per_batch(2, 0.070, 0.0, 0.020, cores=2, receive_s=0.001) == pytest.approx(0.0455)
+    assert steady_state_time_per_batch(2, 0.070, 0.0, 0.020, cores=2) == pytest.approx(0.055)
+    # the main process: step + receive, not step + the worker's transfer
+    assert steady_state_time_per_batch(4, 0.010, 0.030, 0.020, receive_s=0.001) == pytest.approx(0.031)
+    assert steady_state_time_per_batch(4, 0.010, 0.030, 0.020) == pytest.approx(0.050)
+
+
+def test_receive_defaults_to_the_transfer_and_is_checked():
+    for args in [(2, 0.1, 0.02, 0.01), (3, 0.05, 0.0, 0.004), (1, 0.2, 0.3, 0.0)]:
+        assert steady_state_time_per_batch(*args, cores=2, receive_s=args[3]) == pytest.approx(
+            steady_state_time_per_batch(*args, cores=2))
+    assert steady_state_time_per_batch(0, 0.1, 0.05, 0.01, receive_s=0.5) == pytest.approx(0.15), \
+        "no workers: nothing is handed over"
+    with pytest.raises(ValueError):
+        steady_state_time_per_batch(2, 0.1, 0.0, 0.01, receive_s=-0.001)

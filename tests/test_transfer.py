@@ -561,3 +561,38 @@ def test_shared_memory_write_rejects_bad_arguments(kwargs):
     args = {"shape": (2, 3), **kwargs}
     with pytest.raises(ValueError):
         shared_memory_write_s(**args)
+
+
+# --------------------------------------------------------------------------- shared_memory_handover_s
+
+
+def test_handover_splits_the_cost_between_worker_and_main(monkeypatch):
+    """send = shared fill (kept) - private fill and free; receive = least next() + free of a shared tensor."""
+    from feedgpu.measure import transfer
+
+    clock = iter([0.0, 0.020, 1.0, 1.024, 2.0, 2.022,    # private fill and free: median 22 ms
+                  3.0, 3.030, 4.0, 4.040, 5.0, 5.036,    # shared fill, kept: median 36 ms
+                  6.0, 6.007, 7.0, 7.006, 8.0, 8.009])   # freeing each kept tensor: median 7 ms
+    monkeypatch.setattr(transfer.time, "perf_counter", lambda: next(clock))
+    asked = {}
+
+    def taken(make_batch, **kwargs):
+        asked.update(kwargs, batch=make_batch())
+        return 0.001
+
+    monkeypatch.setattr(transfer, "transfer_time_per_batch", taken)
+    got = transfer.shared_memory_handover_s((2, 3), torch.uint8, repeats=3)
+    assert got.send_s == pytest.approx(0.036 - 0.022), "the worker: shared fill minus private fill and free"
+    assert got.receive_s == pytest.approx(0.001 + 0.007), "the main process: next() plus freeing the pages"
+    assert asked["batch"].shape == (2, 3) and asked["batch"].dtype == torch.uint8, "the batch sent has the shape asked"
+    assert asked["statistic"] == "min"
+
+
+def test_handover_send_is_never_negative(monkeypatch):
+    from feedgpu.measure import transfer
+
+    clock = iter([0.0, 0.050, 1.0, 1.010, 2.0, 2.001])  # the shared fill happened to be quicker
+    monkeypatch.setattr(transfer.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(transfer, "transfer_time_per_batch", lambda *a, **k: 0.0)
+    assert transfer.shared_memory_handover_s((4,), repeats=1).send_s == 0.0
+

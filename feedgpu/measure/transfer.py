@@ -21,6 +21,8 @@ The measurements here:
 * :func:`time_per_item`: a dataset's cost per item, measured in this process;
 * :func:`shared_memory_write_s`: what a worker pays, more than a single process, to write
   a batch tensor: fresh shared memory against fresh private memory of the same size;
+* :func:`shared_memory_handover_s`: the same hand-over split between the two sides: the
+  worker writes the shared segment, the main process maps it and later frees it;
 * :func:`cpu_per_batch`: who pays for a batch, in CPU time: the main process or the workers.
 
 The datasets and collate functions they are measured with live in
@@ -57,6 +59,8 @@ __all__ = [
     "transfer_time_per_batch",
     "time_per_item",
     "shared_memory_write_s",
+    "HandOver",
+    "shared_memory_handover_s",
     "CpuShare",
     "cpu_per_batch",
 ]
@@ -233,6 +237,59 @@ def shared_memory_write_s(shape: Sequence[int], dtype: torch.dtype = torch.float
     private = median_seconds(lambda: torch.empty(shape, dtype=dtype).fill_(1), repeats)
     shared = median_seconds(lambda: torch.empty(shape, dtype=dtype).share_memory_().fill_(1), repeats)
     return max(shared - private, 0.0)
+
+
+@dataclass
+class HandOver:
+    """What handing one batch tensor over through shared memory costs each side, in seconds.
+
+    Attributes:
+        send_s: what the worker pays more than a single process building the same batch:
+            writing a fresh shared segment (which it leaves to the main process to free)
+            against writing, then freeing, fresh private memory.
+        receive_s: what the main process pays: taking the handle and mapping the segment
+            (``next()``), then unmapping it and freeing its pages when the batch is dropped.
+    """
+
+    send_s: float
+    receive_s: float
+
+
+def shared_memory_handover_s(shape: Sequence[int], dtype: torch.dtype = torch.float32,
+                             repeats: int = 10) -> HandOver:
+    """Seconds each side pays to hand one batch tensor from a worker to the main process.
+
+    :func:`shared_memory_write_s` charges the whole difference between shared and private
+    memory to one side; the two sides do different work. The worker stacks the batch into
+    a fresh shared segment and sends its handle; the main process maps the segment and,
+    when it drops the batch, unmaps it and returns its pages (the worker's mapping is gone
+    by then, so the last holder pays). With ``num_workers=0`` one process writes the batch
+    into fresh private memory and frees it, and both of those are already in its time per
+    batch. So, each the median of ``repeats`` in this process on this thread:
+
+    * ``send_s`` = fill a fresh shared tensor (kept, so its freeing is not counted) minus
+      fill a fresh private one and free it (never below 0);
+    * ``receive_s`` = the least ``next()`` of a 1-worker DataLoader that sends tensors of
+      this shape (:func:`transfer_time_per_batch`) plus freeing a filled shared tensor.
+
+    These are ``transfer_s`` and ``receive_s`` of
+    :func:`feedgpu.model.steady_state_time_per_batch`.
+
+    Raises:
+        ValueError: if ``repeats`` is below 1 or a dimension is negative or not whole.
+    """
+    import functools
+
+    repeats = check_int("repeats", repeats, minimum=1)
+    shape = tuple(check_int("a dimension of shape", d, minimum=0) for d in shape)
+    private = median_seconds(lambda: torch.empty(shape, dtype=dtype).fill_(1), repeats)
+    kept: list[torch.Tensor] = []
+    shared = median_seconds(lambda: kept.append(torch.empty(shape, dtype=dtype).share_memory_().fill_(1)),
+                            repeats)
+    free = median_seconds(kept.pop, repeats)  # each pop drops the last reference: unmap and free
+    taken = transfer_time_per_batch(functools.partial(torch.ones, shape, dtype=dtype),
+                                    batches=min(repeats, 8), statistic="min")
+    return HandOver(send_s=max(shared - private, 0.0), receive_s=taken + free)
 
 
 @dataclass
