@@ -4,14 +4,21 @@ A batch that the DataLoader hands over lives in ordinary (*pageable*) host memor
 reach the GPU it must cross the bus by DMA, and DMA can only read *pinned* (page-locked)
 memory, which the operating system promises not to move. So:
 
-* a copy from **pageable** memory is staged: CUDA copies it, chunk by chunk, into a pinned
-  buffer of its own and sends that; the host waits for it, and it cannot overlap with
-  kernels;
+* a copy from **pageable** memory is staged: the host copies it, chunk by chunk, into a
+  pinned buffer of CUDA's own, from which the DMA sends it. CUDA's "API synchronization
+  behavior" page documents that such a copy returns once the last chunk is staged, when the
+  DMA to the device may not have completed; staging keeps pace with the DMA, so this model
+  holds the host for the whole copy. It cannot overlap with kernels;
 * a copy from **pinned** memory goes straight to the bus, faster, and with
   ``non_blocking=True`` the host does not wait: the copy overlaps with whatever comes next;
 * **pinning** (``tensor.pin_memory()``) is itself a copy, into pinned memory, paid by the
-  host thread that calls it (the DataLoader's ``pin_memory=True`` pays it in a thread of
-  its own, so the training loop does not).
+  host thread that calls it. The DataLoader's ``pin_memory=True`` pays it in a pin thread
+  of the main process when the loader has workers (off the training loop's path), and in
+  the main thread, inside ``next(loader)``, when ``num_workers=0`` (on the loop's path:
+  ``torch/utils/data/dataloader.py``, ``_SingleProcessDataLoaderIter._next_data``). The
+  first pinning of a size also asks CUDA for page-locked memory; PyTorch's caching host
+  allocator keeps the freed blocks for the next pinning of that size, and the model's
+  pinning cost is that steady state.
 
 Each of the three is modelled by one :class:`LinearCost`: a fixed latency plus bytes ÷
 bandwidth. :class:`CopyCosts` holds the three, and the host's cost of one wait for the
@@ -20,10 +27,12 @@ device (``sync_s``: the round trip of the ``cudaStreamSynchronize`` that a block
 
 With those, :func:`predict_strategies` predicts the six ways of the PyTorch tutorial "A
 guide on good usage of ``non_blocking`` and ``pin_memory()``" to send ``n`` tensors
-(:data:`STRATEGIES`), and :func:`pin_then_copy_slowdown` shows when the tutorial's
-warning holds: ``t.pin_memory().to(device, non_blocking=True)`` is up to twice as slow
-as a plain ``t.to(device)`` (for one large tensor, when pinning costs as much as the copy
-it was meant to speed up). :func:`training_loop_s` gives the loop's total with and without
+(:data:`STRATEGIES`), and :func:`pin_then_copy_slowdown` says how much slower
+``t.pin_memory().to(device, non_blocking=True)`` is than a plain ``t.to(device)``: the
+tutorial's wording is "can be up to twice as slow"; in this model the ratio for one
+tensor is ``(p + c_pinned) / c_pageable`` (pinning plus a pinned copy against a pageable
+copy), which is more than 2 when pinning is slower than the pageable copy
+(:func:`pin_then_copy_limit`). :func:`training_loop_s` gives the loop's total with and without
 overlap of copy and compute; :mod:`feedgpu.simdevice` plays the same rules out on a
 simulated device; :func:`fit_linear_cost` fits latency and bandwidth to measurements
 (:mod:`feedgpu.measure.pinning` measures them on a GPU).
@@ -55,6 +64,7 @@ __all__ = [
     "predict_strategies",
     "best_strategy",
     "pin_then_copy_slowdown",
+    "pin_then_copy_limit",
     "training_loop_s",
     "CostFit",
     "fit_linear_cost",
@@ -107,10 +117,13 @@ class CopyCosts:
 
     Attributes:
         pageable: a copy to the device from pageable memory (staged through CUDA's own
-            pinned buffer: slower, and the host waits for it).
+            pinned buffer: slower, and the host is busy staging it).
         pinned: a copy to the device from pinned memory (DMA straight from the tensor).
         pinning: ``tensor.pin_memory()``, a copy from pageable into pinned host memory,
-            paid by the calling host thread.
+            paid by the calling host thread, in the steady state: PyTorch's caching host
+            allocator reuses the pinned blocks of earlier pinnings of the same size. (The
+            first pinning of a size also pays for new page-locked memory:
+            :func:`feedgpu.measure.pinning.measure_first_pin` measures both on a GPU.)
         sync_s: the host's cost of one wait for the device (a blocking ``.to()`` waits
             after every copy; ``torch.cuda.synchronize()`` waits once).
     """
@@ -137,8 +150,8 @@ class CopyCosts:
 
 #: The six ways to send tensors to the device compared by the PyTorch tutorial "A guide on
 #: good usage of non_blocking and pin_memory()": name -> the code it stands for. ``t`` is a
-#: pageable tensor; ``pinned_t`` was pinned earlier, somewhere else (by the DataLoader's
-#: pin thread with ``pin_memory=True``), so its pinning is not paid here.
+#: pageable tensor; ``pinned_t`` was pinned earlier, somewhere else (by the DataLoader with
+#: ``pin_memory=True``: in its pin thread when it has workers), so its pinning is not paid here.
 STRATEGIES: dict[str, str] = {
     "pageable": "t.to(device)",
     "pageable_nb": "t.to(device, non_blocking=True)",
@@ -148,7 +161,7 @@ STRATEGIES: dict[str, str] = {
     "pinned_nb": "pinned_t.to(device, non_blocking=True)",
 }
 
-#: The strategies open to a loop whose tensors arrive pageable (no pin thread).
+#: The strategies open to a loop whose tensors arrive pageable (the loader does not pin).
 FROM_PAGEABLE: tuple[str, ...] = ("pageable", "pageable_nb", "pin_then_copy", "pin_then_copy_nb")
 
 
@@ -163,7 +176,7 @@ def strategy_time_s(strategy: str, n_tensors: int, tensor_bytes: float,
 
     ==================== =============================================================
     ``pageable``          ``n (c + s)``: every copy waits, then pays a wait
-    ``pageable_nb``       ``n c + s``: the host still waits for each staged copy,
+    ``pageable_nb``       ``n c + s``: the host still stages each copy itself,
                           but only synchronises once
     ``pin_then_copy``     ``n (p + c + s)``
     ``pin_then_copy_nb``  ``p + c + (n - 1) max(p, c) + s``: a pipeline; the host pins
@@ -233,15 +246,24 @@ def pin_then_copy_slowdown(tensor_bytes: float, costs: CopyCosts | None = None,
     """How many times slower ``t.pin_memory().to(device, non_blocking=True)`` is than a
     plain ``t.to(device)``: ``strategy_time_s("pin_then_copy_nb") / strategy_time_s("pageable")``.
 
-    For one large tensor the latencies vanish and the ratio tends to
-    ``pageable_bw / pinning_bw + pageable_bw / pinned_bw``: exactly 2 when pinning and
-    both copies run at the same bandwidth (pinning costs as much as the copy: the
-    tutorial's "up to twice as slow"), less when pinned copies are much faster than
-    pageable ones. With many tensors the pipeline hides part of the pinning, so the
-    slowdown shrinks.
+    For one tensor it is ``(p + c_pinned + s) / (c_pageable + s)``; for a large one the
+    latencies vanish and it tends to :func:`pin_then_copy_limit`. That is exactly 2 when
+    pinning and both copies run at the same bandwidth (the tutorial says "can be up to
+    twice as slow"), less when pinned copies are much faster than pageable ones, and more
+    than 2 when pinning is slower than the pageable copy: the model sets no bound of 2.
+    With many tensors the pipeline hides part of the pinning, so the slowdown shrinks.
     """
     plain = strategy_time_s("pageable", n_tensors, tensor_bytes, costs)
     return strategy_time_s("pin_then_copy_nb", n_tensors, tensor_bytes, costs) / plain
+
+
+def pin_then_copy_limit(costs: CopyCosts | None = None) -> float:
+    """:func:`pin_then_copy_slowdown` of one tensor so large that the latencies vanish:
+    ``(p + c_pinned) / c_pageable`` per byte, ``pageable_bw / pinning_bw + pageable_bw / pinned_bw``.
+    """
+    costs = CopyCosts() if costs is None else costs
+    pageable_bw = costs.pageable.bytes_per_s
+    return pageable_bw / costs.pinning.bytes_per_s + pageable_bw / costs.pinned.bytes_per_s
 
 
 def training_loop_s(n_batches: int, copy_s: float, compute_s: float, *, overlapped: bool) -> float:

@@ -20,11 +20,14 @@ The rules, the CUDA ones simplified:
 * A copy from **pinned** memory goes on the copy engine. ``non_blocking=True``: the host
   goes on at once, so the copy overlaps with what follows. Blocking: the host waits for
   the copy's end, then pays one wait (``sync_s``).
-* A copy from **pageable** memory is staged by the host through a pinned buffer: the host
-  waits for the whole copy, even with ``non_blocking=True`` (then without the extra
-  ``sync_s``), and the copy waits for all earlier device work, so it never overlaps with
-  a kernel. (CUDA's programming guide: copies overlap with kernels only from page-locked
-  memory.)
+* A copy from **pageable** memory is staged by the host, chunk by chunk, through a pinned
+  buffer. CUDA's "API synchronization behavior" page documents that such a copy returns
+  once the last chunk is staged, when the DMA may not have completed; staging keeps pace
+  with the DMA, so here the host is busy until the copy ends, even with
+  ``non_blocking=True`` (then without the extra ``sync_s``). CUDA synchronises the stream
+  before a pageable copy starts, and copies overlap with kernels only from page-locked
+  memory (CUDA's programming guide): here the copy waits for all earlier device work, so
+  it never overlaps with a kernel.
 * :meth:`SimDevice.synchronize` makes the host wait for everything, plus one ``sync_s``.
 
 Reading the host clock right after a ``non_blocking`` copy is the classic timing
@@ -67,7 +70,8 @@ class Span(NamedTuple):
     """One operation on one engine: ``(engine, op, start_s, end_s)``.
 
     ``engine`` is one of :data:`ENGINES`; ``op`` a label such as ``"copy b3"``; on the host,
-    ``"pin ..."`` is work and ``"wait ..."`` is time spent waiting for the device.
+    ``"pin ..."`` and ``"stage ..."`` (a pageable copy) are work, and ``"wait ..."`` and
+    ``"synchronize"`` are time spent waiting for the device.
     """
 
     engine: str
@@ -187,8 +191,10 @@ class SimDevice:
                 self._host_until(span.end_s + self.costs.sync_s, f"wait {op}")
             return span
         span = self._run("copy", op, duration, stream, after, not_before=self._device_idle_s())
-        wait = 0.0 if non_blocking else self.costs.sync_s
-        self._host_until(span.end_s + wait, f"wait staged {op}")
+        self._host_until(span.start_s, f"wait before {op}")  # the device finishes earlier work first
+        self._host_until(span.end_s, f"stage {op}")  # host work: staging every chunk
+        if not non_blocking:
+            self._host_until(span.end_s + self.costs.sync_s, f"wait {op}")
         return span
 
     def compute(self, duration_s: float, *, stream: str = "main", after: Iterable[Span] = (),
@@ -247,8 +253,10 @@ def simulate_training(n_batches: int, batch_bytes: float, compute_s: float,
                       non_blocking: bool = False, prefetch: bool = False) -> SimRun:
     """A training loop of ``n_batches``: copy a batch to the device, compute on it.
 
-    * ``pinned``: the batches arrive pinned (``DataLoader(pin_memory=True)``, whose pin
-      thread pays the pinning, off the loop's clock); else pageable.
+    * ``pinned``: the batches arrive pinned, their pinning paid off the loop's clock (by
+      the pin thread of a ``DataLoader(pin_memory=True)`` with workers; with
+      ``num_workers=0`` the main thread would pin inside ``next()``, on the loop's clock,
+      which this loop leaves out); else pageable.
     * ``non_blocking``: ``.to(device, non_blocking=True)``.
     * ``prefetch``: copies go on a stream of their own and the next batch's copy is
       issued before this batch's compute (as NVIDIA's ``data_prefetcher`` does); without

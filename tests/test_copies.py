@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from feedgpu.copies import (FROM_PAGEABLE, STRATEGIES, CopyCosts, LinearCost, best_strategy, fit_linear_cost,
-                            pin_then_copy_slowdown, predict_strategies, strategy_time_s, training_loop_s)
+                            pin_then_copy_limit, pin_then_copy_slowdown, predict_strategies, strategy_time_s,
+                            training_loop_s)
 
 pytestmark = pytest.mark.unit
 
@@ -109,6 +110,16 @@ def test_slowdown_with_latencies_stays_below_its_large_tensor_limit():
              + costs.pageable.bytes_per_s / costs.pinned.bytes_per_s)
     huge = pin_then_copy_slowdown(10 * GB, costs)
     assert huge == pytest.approx(limit, rel=1e-4), f"10 GB: slowdown {huge}, bandwidth limit {limit}"
+
+
+def test_the_model_sets_no_bound_of_two_on_pinning_in_the_loop():
+    """(p + c_pinned) / c_pageable: 3 when pinning runs at 4 GB/s against a 10 GB/s pageable copy."""
+    slow_host = CopyCosts(pageable=LinearCost(0, 10 * GB), pinned=LinearCost(0, 20 * GB),
+                          pinning=LinearCost(0, 4 * GB), sync_s=0.0)
+    assert pin_then_copy_limit(slow_host) == pytest.approx(10 / 4 + 10 / 20, rel=1e-12), "2.5 + 0.5 pageable copies"
+    assert pin_then_copy_slowdown(1e9, slow_host) == pytest.approx(3.0, rel=1e-12), (
+        "one tensor, no latencies: (0.25 s + 0.05 s) / 0.1 s")
+    assert pin_then_copy_limit(CopyCosts()) == pytest.approx(12 / 12 + 12 / 24, rel=1e-12), "the defaults: 1.5"
 
 
 def test_the_winner_depends_on_the_costs():

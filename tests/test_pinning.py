@@ -16,7 +16,7 @@ import torch
 from feedgpu.copies import predict_strategies
 from feedgpu.measure.pinning import (NoCudaError, PinReport, cuda_skip_reason, has_cuda, is_pinned,
                                      measure_compute_s, measure_copy_costs, measure_copy_seconds,
-                                     measure_copy_timing_readings, measure_pin_seconds,
+                                     measure_copy_timing_readings, measure_first_pin, measure_pin_seconds,
                                      measure_strategies, measure_sync_s, measure_training,
                                      pin_memory_report)
 from feedgpu.simdevice import simulate_training
@@ -58,6 +58,37 @@ def test_pin_memory_report_captures_the_warning_every_time():
         f"both reports should hold the same warning: {first.warnings} / {second.warnings}")
 
 
+def test_pin_memory_report_on_mps_says_the_loader_does_not_pin(monkeypatch):
+    """With MPS as the accelerator (a stub: torch.accelerator answers "mps"), PyTorch's own
+    DataLoader takes its MPS branch: it warns that pinning is not supported there and hands
+    out a pageable batch; the report names MPS and says so."""
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator",
+                        lambda check_available=False: torch.device("mps"))
+    report = pin_memory_report()
+    assert report.accelerator is True and report.device == "mps", f"the stub says MPS: {report}"
+    assert any("not supported on MPS" in message for message in report.warnings), (
+        f"the DataLoader's MPS warning should be captured, got {report.warnings}")
+    assert not any("no accelerator" in message for message in report.warnings), report.warnings
+    assert report.batch_pinned is not True and report.pinned_by is None, f"no pinning on MPS: {report}"
+    assert "MPS" in report.meaning() and "pageable" in report.meaning(), report.meaning()
+
+
+def test_pin_report_says_which_thread_pins():
+    """A pinned batch was pinned by the main thread without workers, by the pin thread with them."""
+    def report(**kw):
+        fields = dict(accelerator=True, warnings=[], batch_pinned=True, pin_error=None, device="cuda")
+        return PinReport(**{**fields, **kw})
+
+    assert "main thread" in report(num_workers=0).pinned_by, report(num_workers=0).pinned_by
+    assert "pin thread" in report(num_workers=2).pinned_by, report(num_workers=2).pinned_by
+    assert report(num_workers=2).pinned_by in report(num_workers=2).meaning()
+    assert report(batch_pinned=False).pinned_by is None, "an unpinned batch was pinned by nobody"
+    assert "did not pin" in report(batch_pinned=False).meaning()
+    none = report(accelerator=False, device=None, batch_pinned=False)
+    assert none.meaning().startswith("no accelerator"), none.meaning()
+
+
 def test_is_pinned_survives_a_pytorch_that_cannot_tell():
     """is_pinned() gives None when the tensor's is_pinned() raises, and swallows its warnings."""
 
@@ -80,6 +111,7 @@ def test_is_pinned_survives_a_pytorch_that_cannot_tell():
 GPU_CALLS = {
     "measure_copy_seconds": lambda: measure_copy_seconds([MIB], pinned=True),
     "measure_pin_seconds": lambda: measure_pin_seconds([MIB]),
+    "measure_first_pin": lambda: measure_first_pin(MIB),
     "measure_sync_s": lambda: measure_sync_s(),
     "measure_copy_costs": lambda: measure_copy_costs([MIB, 4 * MIB]),
     "measure_strategies": lambda: measure_strategies(2, MIB),
@@ -141,6 +173,16 @@ def test_gpu_model_predicts_the_six_strategies(measured_costs):
     for name in predicted:
         assert within(predicted[name], measured[name]), (
             f"{name}: predicted {predicted[name]:.5f} s, measured {measured[name]:.5f} s")
+
+
+@needs_cuda
+def test_gpu_first_pin_allocates_and_later_pins_reuse():
+    """The first pinning on an empty host cache asks CUDA for a block; later ones reuse it."""
+    first = measure_first_pin(48 * MIB)
+    if first.first_new_blocks is None:
+        pytest.skip("this PyTorch does not count the host allocator's blocks")
+    assert first.first_new_blocks >= 1, f"the first pinning should allocate: {first}"
+    assert first.steady_new_blocks == 0, f"later pinnings should reuse the freed block: {first}"
 
 
 @needs_cuda

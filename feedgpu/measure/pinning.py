@@ -3,13 +3,19 @@
 Two kinds of instrument:
 
 * **on any machine**: :func:`pin_memory_report` runs a tiny DataLoader with
-  ``pin_memory=True`` and reports what PyTorch said and did. Without an accelerator it
-  warns, and its batches are *not* pinned: the option is silently a no-op, and so is
-  the pin thread it would start. :func:`has_cuda` and :func:`cuda_skip_reason` tell a
+  ``pin_memory=True`` and reports what PyTorch said and did, and who pinned the batch.
+  In PyTorch 2.14 (``torch/utils/data/dataloader.py``, ``_BaseDataLoaderIter.__init__``):
+  without an accelerator the loader warns and pins nothing; with MPS (Apple silicon) as
+  the accelerator it warns that pinning is not supported on MPS and pins nothing either;
+  with CUDA it pins each batch, in the main thread inside ``next()`` when
+  ``num_workers=0`` (``_SingleProcessDataLoaderIter``) and in a pin thread of the main
+  process when there are workers (``_MultiProcessingDataLoaderIter``: the only place
+  that thread is started). :func:`has_cuda` and :func:`cuda_skip_reason` tell a
   notebook whether the GPU cells can run.
 * **with a CUDA GPU**: the copy model's parameters (:func:`measure_copy_costs`: pageable
   and pinned host-to-device bandwidth, timed with CUDA events, and the cost of
-  ``pin_memory()``), the tutorial's six strategies (:func:`measure_strategies`), the
+  ``pin_memory()``), the first pinning of a size against later ones
+  (:func:`measure_first_pin`), the tutorial's six strategies (:func:`measure_strategies`), the
   unsynchronised timing mistake (:func:`measure_copy_timing_readings`) and a training
   loop with and without copy/compute overlap on two streams (:func:`measure_training`).
   Without a GPU each of them raises :class:`NoCudaError` at once, with a message saying
@@ -49,6 +55,8 @@ __all__ = [
     "is_pinned",
     "PinReport",
     "pin_memory_report",
+    "FirstPin",
+    "measure_first_pin",
     "DEFAULT_SIZES",
     "measure_copy_seconds",
     "measure_pin_seconds",
@@ -97,11 +105,18 @@ def _require_cuda(what: str) -> None:
         raise NoCudaError(f"{what} needs a CUDA GPU; {reason}")
 
 
-def _accelerator_available() -> bool:
+def _accelerator() -> str | None:
+    """The type of the accelerator PyTorch can use here (``"cuda"``, ``"mps"``, ...), or None.
+
+    Asked through ``torch.accelerator``, as the DataLoader asks when it decides whether to pin.
+    """
     accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
-    if accelerator is not None:
-        return bool(accelerator.is_available())
-    return has_cuda()
+    if accelerator is None:
+        return "cuda" if has_cuda() else None
+    if not accelerator.is_available():
+        return None
+    device = accelerator.current_accelerator()
+    return None if device is None else device.type
 
 
 def is_pinned(tensor: torch.Tensor) -> bool | None:
@@ -130,12 +145,38 @@ class PinReport:
             could not tell (``is_pinned()`` raised).
         pin_error: what ``tensor.pin_memory()``, called by hand, raised (``"Type: message"``);
             None if it worked.
+        device: the accelerator's type (``"cuda"``, ``"mps"``, ...); None without one.
+        num_workers: the workers of the loader that was run.
     """
 
     accelerator: bool
     warnings: list[str]
     batch_pinned: bool | None
     pin_error: str | None
+    device: str | None = None
+    num_workers: int = 0
+
+    @property
+    def pinned_by(self) -> str | None:
+        """Which thread pinned the batch: the main thread inside ``next(loader)`` (no
+        workers) or the loader's pin thread (workers); None if the batch is not pinned."""
+        if not self.batch_pinned:
+            return None
+        if self.num_workers == 0:
+            return "the main thread, inside next(loader): on the training loop's path"
+        return "the loader's pin thread, in the main process: off the training loop's path"
+
+    def meaning(self) -> str:
+        """What the report means, in one sentence for a notebook to print."""
+        if not self.accelerator:
+            return ("no accelerator: pin_memory=True pins nothing (PyTorch warns) and the "
+                    "batches stay pageable; there is no copy to a device to speed up")
+        if self.device == "mps":
+            return ("MPS (Apple silicon): the DataLoader turns pin_memory off there (PyTorch "
+                    "warns) and the batches stay pageable")
+        if self.batch_pinned:
+            return f"{self.device}: the batch arrived pinned, pinned by {self.pinned_by}"
+        return f"{self.device}: pin_memory=True did not pin the batch (see the warnings)"
 
 
 def pin_memory_report(*, num_workers: int = 0, batch_size: int = 4) -> PinReport:
@@ -144,7 +185,10 @@ def pin_memory_report(*, num_workers: int = 0, batch_size: int = 4) -> PinReport
     Without an accelerator PyTorch warns (``'pin_memory' argument is set as true but no
     accelerator is found ...``) and hands out pageable batches: ``batch_pinned`` is False.
     Calling ``tensor.pin_memory()`` by hand is then an error, kept in ``pin_error``. With
-    a GPU there is no warning and the batch is pinned.
+    MPS the loader warns that pinning is not supported on MPS and hands out pageable
+    batches too. With a CUDA GPU there is no warning and the batch is pinned
+    (:attr:`PinReport.pinned_by` says by which thread); :meth:`PinReport.meaning` says it
+    in words.
 
     Args:
         num_workers: the loader's workers (0: the main process loads, and pins if it can).
@@ -165,11 +209,14 @@ def pin_memory_report(*, num_workers: int = 0, batch_size: int = 4) -> PinReport
             torch.zeros(4).pin_memory()
         except Exception as err:  # the type varies with the build: report whatever it is
             pin_error = f"{type(err).__name__}: {err}"
+    device = _accelerator()
     return PinReport(
-        accelerator=_accelerator_available(),
+        accelerator=device is not None,
         warnings=[str(w.message) for w in caught],
         batch_pinned=is_pinned(batch),
         pin_error=pin_error,
+        device=device,
+        num_workers=int(num_workers),
     )
 
 
@@ -248,9 +295,10 @@ def measure_pin_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, repeats: 
                         warmup: int = 2) -> list[tuple[int, float]]:
     """Time of ``tensor.pin_memory()`` per size (host clock: pinning is host work).
 
-    The warm-up matters: the first pinning of a size asks the driver for new page-locked
-    memory (slow); PyTorch then keeps freed pinned blocks and reuses them, as a
-    DataLoader's pin thread does batch after batch. The median of ``repeats`` is kept.
+    The warm-up matters: the first pinning of a size asks CUDA for new page-locked memory;
+    PyTorch's caching host allocator then keeps freed pinned blocks and reuses them, as a
+    DataLoader that pins does batch after batch (:func:`measure_first_pin` shows the
+    difference). The median of ``repeats`` is kept: the steady state.
 
     Raises:
         NoCudaError: no CUDA GPU. ValueError: bad ``repeats`` or ``warmup``.
@@ -270,6 +318,74 @@ def measure_pin_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, repeats: 
                 times.append(seconds)
         results.append((int(nbytes), statistics.median(times)))
     return results
+
+
+@dataclass
+class FirstPin:
+    """What :func:`measure_first_pin` saw.
+
+    Attributes:
+        nbytes: the size pinned.
+        first_s: host seconds of the first ``pin_memory()`` of that size, on an empty cache.
+        steady_s: the median host seconds of the pinnings after it.
+        first_new_blocks: pinned blocks the allocator asked CUDA for during the first
+            pinning (``num_host_alloc`` of ``torch.cuda.host_memory_stats()``); None if
+            this PyTorch does not count them.
+        steady_new_blocks: the same, during all the later pinnings together.
+    """
+
+    nbytes: int
+    first_s: float
+    steady_s: float
+    first_new_blocks: int | None
+    steady_new_blocks: int | None
+
+
+def _host_blocks_allocated() -> int | None:
+    """Pinned blocks the caching host allocator has asked CUDA for so far, or None."""
+    stats = getattr(torch.cuda, "host_memory_stats", None)
+    if stats is None:
+        return None
+    value = stats().get("num_host_alloc")
+    return None if value is None else int(value)
+
+
+def _difference(after: int | None, before: int | None) -> int | None:
+    return None if after is None or before is None else after - before
+
+
+def measure_first_pin(nbytes: int = 64 * 2**20, *, repeats: int = 5) -> FirstPin:
+    """Time the first ``pin_memory()`` of a tensor of ``nbytes``, then ``repeats`` more.
+
+    PyTorch pins through its caching host allocator (``torch.cuda.host_memory_stats``
+    describes it): a pinning that finds no free block of its size asks CUDA for new
+    page-locked memory; a freed pinned tensor's block goes back to the cache, and the next
+    pinning of that size reuses it. So the first pinning pays for new page-locked memory
+    and the later ones are host copies. The cache is emptied first
+    (``torch.accelerator.empty_host_cache()``), so the first pinning here is a first one.
+
+    Raises:
+        NoCudaError: no CUDA GPU. ValueError: bad ``repeats``.
+    """
+    _require_cuda("measure_first_pin")
+    _check_repeats(repeats, 0)
+    src = _host_tensor(nbytes, pinned=False)
+    torch.cuda.synchronize()  # initialises CUDA, whose start-up must not be timed
+    torch.accelerator.empty_host_cache()
+    before = _host_blocks_allocated()
+    start = time.perf_counter()
+    pinned = src.pin_memory()
+    first = time.perf_counter() - start
+    after_first = _host_blocks_allocated()
+    del pinned  # back to the cache
+    times = []
+    for _ in range(int(repeats)):
+        start = time.perf_counter()
+        pinned = src.pin_memory()
+        times.append(time.perf_counter() - start)
+        del pinned
+    return FirstPin(int(nbytes), first, statistics.median(times), _difference(after_first, before),
+                    _difference(_host_blocks_allocated(), after_first))
 
 
 def measure_sync_s(repeats: int = 50) -> float:
