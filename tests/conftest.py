@@ -47,7 +47,6 @@ SESSION_BUDGET_S = {
     "course_grading": 120 + 360 * len(ASSIGNMENTS) + 120 * (DELEGATING in ASSIGNMENTS),  # tests/conftest.py
     "tiny_class": 900,  # tests/test_grading_robust.py
     "one_kernel_run": 600,  # tests/test_answers_graded_alone.py (one notebook)
-    "mistakes": 600,  # tests/test_nb01_mistakes.py
 }
 COST_MARKERS = ("unit", "notebook", "grading")
 

@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 import lfw_dataset
 
 from ..checks import check_choice, check_int
+from ..measure.timing import shutdown_workers
 
 __all__ = [
     "read_bytes",
@@ -350,8 +351,15 @@ def params_by_worker(
                     generator=generator,
                     multiprocessing_context=context,
                 )
-                batches = list(loader)
-            del loader
+                iterator = iter(loader)
+                try:
+                    batches = list(iterator)
+                finally:
+                    # at once, also when a worker raised: left to the garbage collector, the
+                    # error's traceback keeps the iterator alive, and its shutdown then waits
+                    # 5 s per worker for workers that never get the signal
+                    shutdown_workers(iterator)
+            del loader, iterator
         by_worker = sorted(batches, key=lambda b: int(b[0, 0]))
         epochs_out.append(torch.stack([b[:, 1:] for b in by_worker]))
     return torch.stack(epochs_out)

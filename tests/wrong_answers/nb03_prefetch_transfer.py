@@ -1,5 +1,7 @@
 """Notebook 03 (prefetching and transfer cost): wrong answers and delegations (see ``__init__.py``)."""
 
+import textwrap
+
 from wrong_answers import wrong
 
 DELEGATIONS = {
@@ -14,4 +16,121 @@ DELEGATIONS = {
     "collate_to_tensor": "collate_to_tensor = collate_tensor",
 }
 
-WRONG_ANSWERS = []
+
+def _src(text: str) -> str:
+    return textwrap.dedent(text).strip("\n")
+
+
+def _indent(code: str, spaces: int) -> str:
+    return textwrap.indent(_src(code), " " * spaces).lstrip()
+
+
+_TIME_PER_BATCH = '''
+def time_per_batch(num_workers, load_s, step_s, transfer_s=0.0):
+    {check}
+    if load_s < 0 or step_s < 0 or transfer_s < 0:
+        raise ValueError(f"times must be >= 0, got {{load_s}}, {{step_s}}, {{transfer_s}}")
+    if num_workers == 0:
+        return {serial}
+    return {pipelined}
+'''
+
+_WHOLE_CHECK = '''
+if num_workers < 0 or int(num_workers) != num_workers:
+    raise ValueError(f"num_workers must be a whole number >= 0, got {num_workers}")
+'''
+
+
+def _time_per_batch(serial: str = "load_s + step_s",
+                    pipelined: str = "max(step_s + transfer_s, (load_s + transfer_s) / num_workers)",
+                    check: str = _WHOLE_CHECK) -> str:
+    return _src(_TIME_PER_BATCH).format(check=_indent(check, 4), serial=serial, pipelined=pipelined)
+
+
+_WORKERS_NEEDED = '''
+def workers_needed(load_s, step_s, transfer_s=0.0):
+    if load_s < 0 or step_s < 0 or transfer_s < 0:
+        raise ValueError(f"times must be >= 0, got {{load_s}}, {{step_s}}, {{transfer_s}}")
+    if step_s + transfer_s == 0:
+        raise ValueError("with step_s + transfer_s == 0 no number of workers keeps up")
+    return {result}
+'''
+
+
+def _workers_needed(result: str) -> str:
+    return _src(_WORKERS_NEEDED).format(result=result)
+
+
+_COLLATE = '''
+def collate_to_tensor(records):
+    if len(records) == 0:
+        raise ValueError("cannot collate an empty batch")
+    {body}
+'''
+
+
+def _collate(body: str) -> str:
+    return _src(_COLLATE).format(body=_indent(body, 4))
+
+
+WRONG_ANSWERS = [
+    # ---------------------------------------------------------------- Part B: time_per_batch
+    wrong("time_per_batch", "the transfer charged with 0 workers", _time_per_batch(serial="load_s + step_s + transfer_s"),
+          "test_time_per_batch_serial"),
+    wrong("time_per_batch", "with 0 workers, load and step overlap (max)", _time_per_batch(serial="max(load_s, step_s)"),
+          "test_time_per_batch_serial"),
+    wrong("time_per_batch", "workers do not overlap the step: (load + transfer) / w + step + transfer",
+          _time_per_batch(pipelined="(load_s + transfer_s) / num_workers + step_s + transfer_s"),
+          "test_time_per_batch_stack_overflow", "test_time_per_batch_transfer"),
+    wrong("time_per_batch", "no floor at the step: (load + transfer) / w",
+          _time_per_batch(pipelined="(load_s + transfer_s) / num_workers"),
+          "test_time_per_batch_stack_overflow", "test_time_per_batch_transfer"),
+    wrong("time_per_batch", "the transfer paid by the main process only",
+          _time_per_batch(pipelined="max(step_s + transfer_s, load_s / num_workers)"),
+          "test_time_per_batch_transfer"),
+    wrong("time_per_batch", "the transfer paid by the workers only",
+          _time_per_batch(pipelined="max(step_s, (load_s + transfer_s) / num_workers)"),
+          "test_time_per_batch_transfer"),
+    wrong("time_per_batch", "the transfer ignored", _time_per_batch(pipelined="max(step_s, load_s / num_workers)"),
+          "test_time_per_batch_transfer"),
+    wrong("time_per_batch", "the transfer added once to the total",
+          _time_per_batch(pipelined="max(step_s, load_s / num_workers) + transfer_s"),
+          "test_time_per_batch_transfer"),
+    wrong("time_per_batch", "no check that num_workers is whole (1.5 accepted)", _time_per_batch(check="""
+            if num_workers < 0:
+                raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+          """), "test_time_per_batch_rejects_bad_input"),
+    # ---------------------------------------------------------------- Part D: workers_needed
+    wrong("workers_needed", "rounds down", _workers_needed("max(1, int((load_s + transfer_s) / (step_s + transfer_s)))"),
+          "test_workers_needed_stack_overflow", "test_workers_needed_with_transfer", "test_workers_needed_edge_cases"),
+    wrong("workers_needed", "rounds to the nearest",
+          _workers_needed("max(1, round((load_s + transfer_s) / (step_s + transfer_s)))"),
+          "test_workers_needed_stack_overflow", "test_workers_needed_with_transfer"),
+    wrong("workers_needed", "floor + 1", _workers_needed("int((load_s + transfer_s) / (step_s + transfer_s)) + 1"),
+          "test_workers_needed_stack_overflow", "test_workers_needed_with_transfer", "test_workers_needed_edge_cases"),
+    wrong("workers_needed", "the transfer on the main process's side only",
+          _workers_needed("max(1, math.ceil(load_s / (step_s + transfer_s) - 1e-9))"),
+          "test_workers_needed_with_transfer"),
+    wrong("workers_needed", "the transfer on the workers' side only",
+          _workers_needed("max(1, math.ceil((load_s + transfer_s) / step_s - 1e-9))"),
+          "test_workers_needed_with_transfer"),
+    wrong("workers_needed", "no floating-point allowance: ceil of the ratio",
+          _workers_needed("max(1, math.ceil((load_s + transfer_s) / (step_s + transfer_s)))"),
+          "test_workers_needed_edge_cases"),
+    # ---------------------------------------------------------------- Part H: collate_to_tensor
+    wrong("collate_to_tensor", "a preallocated batch never filled (the loop rebinds a name): zeros", _collate("""
+            batch = torch.zeros((len(records), *records[0].shape), dtype=torch.from_numpy(records[0]).dtype)
+            for row, record in zip(batch, records):
+                row = torch.from_numpy(record)
+            return batch
+          """), "test_collate_to_tensor_values", "test_collate_to_tensor_is_faster"),
+    wrong("collate_to_tensor", "cast to float32", _collate("return torch.from_numpy(np.stack(records)).float()"),
+          "test_collate_to_tensor_values", "test_collate_to_tensor_is_faster"),
+    wrong("collate_to_tensor", "a list of tensors", _collate("return [torch.from_numpy(record) for record in records]"),
+          "test_collate_to_tensor_values"),
+    wrong("collate_to_tensor", "a numpy array", _collate("return np.stack(records)"),
+          "test_collate_to_tensor_values"),
+    wrong("collate_to_tensor", "not contiguous: stacked on the last axis, then moved first",
+          _collate("return torch.from_numpy(np.stack(records, axis=-1)).movedim(-1, 0)"),
+          "test_collate_to_tensor_values"),
+]
