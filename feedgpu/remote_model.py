@@ -14,6 +14,19 @@ are more requests in flight (workers, threads) or fewer requests (bigger objects
 :func:`predicted_items_per_s` is that formula. :func:`simulate_store` plays it out request
 by request on a virtual clock, with the store's slots served in arrival order, so a
 prediction can be checked without any timing noise.
+
+Little's law speaks of the *mean* time per request. A batch fetched at once is done when
+its *slowest* request is, so with a latency that has a tail (log-normal: a median
+``latency_s`` and a spread ``sigma``, as the course's store draws it) a batch of ``n``
+takes :func:`expected_slowest_s`: far more than the median when ``n`` is large. The same
+function says what two remedies buy: a hedge (a second request after ``hedge_after_s``,
+the first answer wins) and a timeout (the request is abandoned after ``timeout_s`` and
+sent again)::
+
+    P(one request takes longer than t)   S(t)     = 1 - Phi(ln(t / latency_s) / sigma)
+      hedged after h                      S(t) * S(t - h)             (t > h)
+      sent again after a timeout tau      S(tau)^k * S(t - k tau)     (k tau <= t < (k + 1) tau)
+    E[slowest of n]                       integral over t of 1 - (1 - S(t))^n
 """
 
 from __future__ import annotations
@@ -21,11 +34,14 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from .checks import check_int, check_seconds
 
-__all__ = ["predicted_items_per_s", "StoreSimulation", "simulate_store"]
+__all__ = ["predicted_items_per_s", "StoreSimulation", "simulate_store", "latency_quantile_s",
+           "expected_slowest_s"]
 
 
 def _streams(workers: int, threads_per_worker: int) -> int:
@@ -167,3 +183,98 @@ def simulate_store(workers: int, threads_per_worker: int, latency_s: float,
             waiting.append(now)
             sent += 1
     return StoreSimulation(streams, max_concurrent, latency_s, tuple(sent_at), tuple(started), tuple(done), peak)
+
+
+# --------------------------------------------------------------------------- the tail of the latency
+
+
+def latency_quantile_s(latency_s: float, sigma: float, q: float) -> float:
+    """The ``q``-quantile of a log-normal time per request: ``latency_s * exp(sigma * z_q)``.
+
+    ``latency_s`` is the median (``q = 0.5``); at ``sigma = 1`` the 95th percentile is 5.2
+    times it and the 99th 10.2 times.
+    """
+    latency_s = check_seconds("latency_s", latency_s)
+    if not sigma >= 0:
+        raise ValueError(f"sigma must be >= 0, got {sigma!r}")
+    if not 0 < q < 1:
+        raise ValueError(f"q is a probability strictly between 0 and 1, got {q!r}")
+    return latency_s * math.exp(sigma * NormalDist().inv_cdf(q))
+
+
+def _survival(latency_s: float, sigma: float) -> Callable[[float], float]:
+    """``t -> P(time to first byte > t)`` for a log-normal with median ``latency_s``."""
+    normal = NormalDist()
+
+    def survival(t: float) -> float:
+        if t <= 0:
+            return 1.0
+        if sigma == 0:
+            return 1.0 if t < latency_s else 0.0
+        return 1.0 - normal.cdf(math.log(t / latency_s) / sigma)
+
+    return survival
+
+
+def expected_slowest_s(n_requests: int, latency_s: float, sigma: float, *, hedge_after_s: float | None = None,
+                       timeout_s: float | None = None) -> float:
+    """The mean time until the slowest of ``n_requests`` requests sent together has answered.
+
+    Each request's time to first byte is log-normal, median ``latency_s``, spread ``sigma``
+    (the course's store: ``latency_s``, ``latency_sigma``); no CPU, no queue.
+
+    Args:
+        n_requests: requests sent at once (>= 1), e.g. a batch from a pool of as many threads.
+        latency_s: the median time per request (> 0).
+        sigma: the spread of its logarithm (>= 0; 0 for the same time every time).
+        hedge_after_s: if given, a request not answered after this long is sent a second
+            time, and the first answer wins.
+        timeout_s: if given (and no hedge), a request not answered after this long is
+            abandoned and sent again at once, as often as it takes.
+
+    Returns:
+        Seconds: ``latency_s`` when ``n_requests`` = 1 and ``sigma`` = 0; at ``sigma`` = 1
+        and 16 requests, about 6.9 times ``latency_s`` without a remedy.
+
+    Raises:
+        ValueError: an argument out of range, or both a hedge and a timeout.
+    """
+    n_requests = check_int("n_requests", n_requests, minimum=1)
+    latency_s = check_seconds("latency_s", latency_s)
+    if latency_s <= 0:
+        raise ValueError(f"latency_s must be > 0 seconds, got {latency_s!r}")
+    if not sigma >= 0:
+        raise ValueError(f"sigma must be >= 0, got {sigma!r}")
+    if hedge_after_s is not None and timeout_s is not None:
+        raise ValueError("give a hedge or a timeout, not both")
+    for name, value in (("hedge_after_s", hedge_after_s), ("timeout_s", timeout_s)):
+        if value is not None and not check_seconds(name, value) > 0:
+            raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
+    survival = _survival(latency_s, sigma)
+    if hedge_after_s is not None:
+        h = hedge_after_s
+
+        def one(t: float) -> float:
+            return survival(t) * (survival(t - h) if t > h else 1.0)
+    elif timeout_s is not None:
+        tau = timeout_s
+        late = survival(tau)  # a whole attempt wasted
+
+        def one(t: float) -> float:
+            k = int(t // tau)
+            return late ** k * survival(t - k * tau)
+    else:
+        one = survival
+    if sigma == 0:  # a step: the slowest takes as long as any one
+        times = [latency_s, latency_s + (hedge_after_s or 0.0)]
+        grid = sorted({0.0, *times, 2 * max(times)})
+        return sum((b - a) * (1.0 - (1.0 - one(a + 1e-12)) ** n_requests) for a, b in zip(grid, grid[1:]))
+    # integrate 1 - (1 - S(t))^n over ln t (the mass spans decades), midpoint rule
+    lo, hi = math.log(latency_s) - 8 * sigma, math.log(latency_s) + 9 * sigma + math.log(n_requests + 1)
+    steps = 6000
+    du = (hi - lo) / steps
+    total = latency_s * math.exp(-8 * sigma)  # below the grid, the integrand is 1
+    for i in range(steps):
+        t = math.exp(lo + (i + 0.5) * du)
+        total += (1.0 - (1.0 - one(t)) ** n_requests) * t * du
+    return total

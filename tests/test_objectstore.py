@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import queue
@@ -21,10 +22,11 @@ import pytest
 
 botocore = pytest.importorskip("botocore")
 pytest.importorskip("moto")
-from botocore.exceptions import ClientError, HTTPClientError  # noqa: E402
+from botocore.exceptions import ClientError, HTTPClientError, ResponseStreamingError  # noqa: E402
 
 from feedgpu.objectstore import (FaultInjector, ObjectStore, StoreSettings, fill_from_tree, list_images,  # noqa: E402
                                  list_keys, make_client, pack_shards, read_shard)
+from feedgpu.objectstore.faults import TokenBucket, draw_fate  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -230,7 +232,7 @@ def test_same_seed_same_failures(store, s3):
     no_retries = store.client(retry_mode=None)
 
     def outcomes(seed: int) -> list[str]:
-        store.set(slowdown_rate=0.3, drop_rate=0.2, seed=seed)  # a seed restarts the numbering
+        store.set(slowdown_rate=0.3, drop_rate=0.2, cut_rate=0.3, seed=seed)  # a seed restarts the numbering
         seen = []
         for key in keys:
             try:
@@ -238,6 +240,8 @@ def test_same_seed_same_failures(store, s3):
                 seen.append("ok")
             except ClientError:
                 seen.append("slowdown")
+            except ResponseStreamingError:
+                seen.append("cut")
             except HTTPClientError:
                 seen.append("drop")
         return seen
@@ -246,12 +250,112 @@ def test_same_seed_same_failures(store, s3):
     no_retries.close()
     assert first == again, "the same seed gives the same failures, request by request"
     assert first != other, "another seed gives other failures"
-    assert {"ok", "slowdown", "drop"} <= set(first + other), "all three outcomes occur"
+    assert {"ok", "slowdown", "drop", "cut"} <= set(first + other), "all four outcomes occur"
+
+
+def test_fates_are_seeded_and_each_rate_keeps_the_others_sequence():
+    base = StoreSettings(latency_s=0.05, latency_sigma=1.0, slowdown_rate=0.2, drop_rate=0.1, cut_rate=0.2, seed=3)
+    fates = [draw_fate(base, n) for n in range(400)]
+    assert fates == [draw_fate(base, n) for n in range(400)], "the same seed and number, the same fate"
+    more_cuts = [draw_fate(dataclasses.replace(base, cut_rate=0.6), n) for n in range(400)]
+    assert [f.drop for f in fates] == [f.drop for f in more_cuts], "more cuts leave the drops where they were"
+    assert [f.latency_s for f in fates] == [f.latency_s for f in more_cuts], "and the latencies"
+    assert sum(f.cut_at is not None for f in more_cuts) > sum(f.cut_at is not None for f in fates)
+    assert all(0.1 <= f.cut_at <= 0.9 for f in fates if f.cut_at is not None), "a cut falls inside the body"
+    flat = [draw_fate(dataclasses.replace(base, latency_sigma=0.0), n).latency_s for n in range(10)]
+    assert flat == [0.05] * 10, "no spread: every request waits the median"
+
+
+def test_latency_tail_is_lognormal_around_the_median():
+    settings = StoreSettings(latency_s=0.05, latency_sigma=1.0, seed=0)
+    latencies = sorted(draw_fate(settings, n).latency_s for n in range(20000))
+    median, p99 = latencies[10000], latencies[19800]
+    assert median == pytest.approx(0.05, rel=0.05), f"latency_s is the median, got {median:.4f}"
+    assert p99 / median == pytest.approx(math.exp(2.326), rel=0.1), f"at sigma 1 the 99th percentile is ~10x: {p99 / median:.1f}"
+
+
+def test_each_request_waits_its_drawn_latency(store, s3):
+    keys = list(put_objects(s3, "tail", 8))
+    store.set(latency_s=0.02, latency_sigma=1.0, seed=5)
+    store.reset_stats()
+    drawn = [draw_fate(store.settings, n).latency_s for n in range(len(keys))]
+    for key, latency_s in zip(keys, drawn):  # one at a time: request n is the n-th GET
+        start = time.perf_counter()
+        s3.get_object(Bucket="tail", Key=key)["Body"].read()
+        elapsed_s = time.perf_counter() - start
+        assert elapsed_s >= latency_s, f"request waited {elapsed_s:.4f} s, less than its drawn {latency_s:.4f} s"
+    assert max(drawn) > 2 * min(drawn), f"the draws spread: {drawn}"
+
+
+def test_token_bucket_lets_a_rate_through_and_refuses_the_rest():
+    now = [0.0]
+    bucket = TokenBucket(rate_per_s=10, burst=3, clock=lambda: now[0])
+    assert [bucket.take() for _ in range(5)] == [True, True, True, False, False], "a full bucket: the burst, then no"
+    now[0] = 0.1  # one token's worth of time
+    assert [bucket.take(), bucket.take()] == [True, False], "refilled at the rate"
+    now[0] = 10.0
+    assert sum(bucket.take() for _ in range(10)) == 3, "saved up to the burst, not more"
+    now[0] = 12.0
+    got = 0
+    for _ in range(1000):  # a client that keeps knocking, 1 ms apart: refused requests take no token
+        now[0] += 0.001
+        got += bucket.take()
+    assert 3 + 10 - 1 <= got <= 3 + 10, f"a second at 10 per second, after a full bucket of 3: {got}"
+    for bad in [dict(rate_per_s=0, burst=1), dict(rate_per_s=1, burst=0.5)]:
+        with pytest.raises(ValueError):
+            TokenBucket(**bad)
+
+
+def test_rate_limit_answers_slowdown_at_once_not_later(store, s3):
+    put_objects(s3, "rate", 1)
+    store.set(requests_per_s=5, burst=2)
+    store.reset_stats()
+    no_retries = store.client(retry_mode=None)
+    ok = refused = 0
+    start = time.perf_counter()
+    for _ in range(30):
+        try:
+            no_retries.head_object(Bucket="rate", Key="k00")
+            ok += 1
+        except ClientError as error:
+            assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 503, "refused with a 503"
+            refused += 1
+    elapsed_s = time.perf_counter() - start
+    with pytest.raises(ClientError) as slow:
+        for _ in range(10):
+            no_retries.get_object(Bucket="rate", Key="k00")["Body"].read()
+    no_retries.close()
+    assert slow.value.response["Error"]["Code"] == "SlowDown", "a refused GET carries S3's SlowDown code"
+    assert refused > 0 and store.stats()["slowdowns"] >= refused, f"beyond the rate, SlowDown: {ok} ok, {refused} refused"
+    assert 2 <= ok <= 2 + 5 * elapsed_s + 1, f"{ok} served in {elapsed_s:.2f} s at 5/s with a burst of 2"
+    assert store.stats()["peak_in_flight"] == 1, "refused at once, never queued"
+
+
+def test_cut_body_fails_the_read_and_is_not_retried_by_boto3(store, s3):
+    size = 20000
+    s3.create_bucket(Bucket="cut")
+    s3.put_object(Bucket="cut", Key="blob", Body=os.urandom(size))
+    store.set(cut_rate=1.0)
+    store.reset_stats()
+    retrying = store.client(retry_mode="standard", max_attempts=5)
+    answer = retrying.get_object(Bucket="cut", Key="blob")
+    assert answer["ContentLength"] == size, "the headers arrive whole: the status, the announced size"
+    with pytest.raises(ResponseStreamingError, match="IncompleteRead"):
+        answer["Body"].read()
+    stats = store.stats()
+    assert stats["cuts"] == 1 and stats["requests"] == 1, f"one request, cut, never retried by boto3: {stats}"
+    assert 0.1 * size <= stats["bytes_sent"] <= 0.9 * size, f"cut part-way: {stats['bytes_sent']} of {size} bytes"
+    assert retrying.head_object(Bucket="cut", Key="blob")["ContentLength"] == size, "a HEAD has no body to cut"
+    with pytest.raises(ClientError, match="NoSuchKey"):
+        retrying.get_object(Bucket="cut", Key="missing")
+    retrying.close()
+    assert store.stats()["cuts"] == 1, "only successful answers with a body are cut"
 
 
 def test_settings_are_checked():
     for bad in [dict(latency_s=-1), dict(slowdown_rate=1.5), dict(drop_rate=-0.1),
-                dict(max_concurrent=0), dict(bandwidth_bytes_per_s=0)]:
+                dict(max_concurrent=0), dict(bandwidth_bytes_per_s=0), dict(latency_sigma=-0.5),
+                dict(requests_per_s=0), dict(burst=0.5), dict(cut_rate=2.0)]:
         with pytest.raises(ValueError):
             StoreSettings(**bad)
     with pytest.raises(ValueError, match="retry_mode"):

@@ -13,13 +13,16 @@ import pytest
 
 pytest.importorskip("botocore")
 pytest.importorskip("moto")
-from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError  # noqa: E402
+from botocore.exceptions import (ClientError, ConnectionClosedError, EndpointConnectionError,  # noqa: E402
+                                 IncompleteReadError, ReadTimeoutError, ResponseStreamingError)
 from torch.utils.data import DataLoader  # noqa: E402
 
 from feedgpu.objectstore import ObjectStore, pack_shards  # noqa: E402
-from feedgpu.remote_model import predicted_items_per_s, simulate_store  # noqa: E402
+from feedgpu.remote_model import (expected_slowest_s, latency_quantile_s, predicted_items_per_s,  # noqa: E402
+                                  simulate_store)
 from feedgpu.workloads.remote import (  # noqa: E402
     CachedS3Dataset,
+    Hedged,
     LocalFileDataset,
     S3Dataset,
     S3ShardDataset,
@@ -67,13 +70,18 @@ def filled(tiny_tree):
         yield store, keys, shards, tiny_tree
 
 
+#: every injected cost and failure off, the seed back at 0
+QUIET = dict(latency_s=0.0, latency_sigma=0.0, bandwidth_bytes_per_s=None, max_concurrent=None, requests_per_s=None,
+             burst=None, slowdown_rate=0.0, drop_rate=0.0, cut_rate=0.0, seed=0)
+
+
 @pytest.fixture
 def store(filled):
     store = filled[0]
-    store.set(latency_s=0.0, slowdown_rate=0.0, drop_rate=0.0, max_concurrent=None, seed=0)
+    store.set(**QUIET)
     store.reset_stats()
     yield store
-    store.set(latency_s=0.0, slowdown_rate=0.0, drop_rate=0.0, max_concurrent=None, seed=0)
+    store.set(**QUIET)
 
 
 def expected_bytes(tree: Path, keys) -> list[bytes]:
@@ -167,12 +175,48 @@ def test_fetch_all_raises_the_first_failure_in_key_order():
 def test_is_retryable_tells_transient_errors_from_final_ones():
     assert is_retryable(client_error("SlowDown", 503))
     assert is_retryable(client_error("InternalError", 500))
-    assert is_retryable(client_error("Whatever", 502)), "any 5xx may pass"
+    assert is_retryable(client_error("Whatever", 502)) and is_retryable(client_error("Whatever", 504))
+    assert is_retryable(client_error("TooManyRequests", 429)), "429: throttling, whatever the code"
+    assert is_retryable(client_error("RequestTimeout", 400)), "a transient code, whatever the status"
+    assert not is_retryable(client_error("NotImplemented", 501)), "botocore's standard mode does not retry 501"
+    assert not is_retryable(client_error("Whatever", 505)), "only 500, 502, 503 and 504 among the 5xx"
     assert is_retryable(ConnectionClosedError(endpoint_url="http://x"))
     assert is_retryable(EndpointConnectionError(endpoint_url="http://x"))
+    assert is_retryable(ReadTimeoutError(endpoint_url="http://x")), "a read that timed out"
+    assert is_retryable(ResponseStreamingError(error="IncompleteRead")), "a body cut part-way"
+    assert is_retryable(IncompleteReadError(actual_bytes=3, expected_bytes=10)), "a body shorter than announced"
     assert not is_retryable(client_error("NoSuchKey", 404)), "asking again for a missing key gives the same answer"
     assert not is_retryable(client_error("AccessDenied", 403))
     assert not is_retryable(ValueError("bad"))
+
+
+def test_is_retryable_agrees_with_botocores_standard_mode():
+    """What botocore's standard mode retries (read from the installed botocore, not copied)."""
+    from botocore.retries import standard
+
+    context = standard.RetryContext(attempt_number=1)  # nothing went wrong: botocore retries nothing
+    assert not standard.TransientRetryableChecker().is_retryable(context)
+    for status in range(500, 512):
+        error = client_error("Whatever", status)
+        context = standard.RetryContext(attempt_number=1, parsed_response=error.response,
+                                        http_response=_Response(status))
+        botocore_retries = (standard.TransientRetryableChecker().is_retryable(context)
+                            or standard.ThrottledRetryableChecker().is_retryable(context))
+        assert is_retryable(error) == botocore_retries, f"HTTP {status}: botocore retries it: {botocore_retries}"
+    for code in ["SlowDown", "Throttling", "RequestTimeout", "NoSuchKey", "AccessDenied", "BandwidthLimitExceeded"]:
+        error = client_error(code, 400)
+        context = standard.RetryContext(attempt_number=1, parsed_response=error.response, http_response=_Response(400))
+        botocore_retries = (standard.TransientRetryableChecker().is_retryable(context)
+                            or standard.ThrottledRetryableChecker().is_retryable(context))
+        assert is_retryable(error) == botocore_retries, f"{code}: botocore retries it: {botocore_retries}"
+
+
+class _Response:
+    """The one attribute of an HTTP response that botocore's checkers read."""
+
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+        self.headers = {}
 
 
 def test_fetch_with_retries_backs_off_and_gives_up():
@@ -368,3 +412,138 @@ def test_a_forked_child_makes_its_own_client(store, filled):
     os.close(read)
     os.waitpid(pid, 0)
     assert answer == b"ok", f"the forked child answered {answer!r}: it must make (and use) a client of its own"
+
+
+# --------------------------------------------------------------------------- the tail of the latency
+
+
+def test_latency_quantiles_of_the_lognormal():
+    assert latency_quantile_s(0.05, 1.0, 0.5) == pytest.approx(0.05), "the median is latency_s"
+    assert latency_quantile_s(0.05, 1.0, 0.99) / 0.05 == pytest.approx(math.exp(2.3263), rel=1e-3)
+    assert latency_quantile_s(0.05, 0.0, 0.99) == pytest.approx(0.05), "no spread, no tail"
+    with pytest.raises(ValueError):
+        latency_quantile_s(0.05, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("n, sigma, remedy", [
+    (1, 1.0, {}), (16, 1.0, {}), (16, 0.5, {}), (16, 1.0, {"hedge_after_s": 0.1}),
+    (4, 0.8, {"hedge_after_s": 0.05}), (16, 1.0, {"timeout_s": 0.1}), (8, 1.2, {"timeout_s": 0.3}),
+])
+def test_expected_slowest_matches_a_seeded_simulation(n, sigma, remedy):
+    """The integral against 200,000 batches drawn with numpy (seeded): the mean of their slowest request."""
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(7)
+    median = 0.05
+
+    def draw(shape):
+        return median * np.exp(sigma * rng.standard_normal(shape))
+
+    first = draw((200_000, n))
+    if "hedge_after_s" in remedy:
+        h = remedy["hedge_after_s"]
+        times = np.minimum(first, h + draw(first.shape))
+    elif "timeout_s" in remedy:  # sent again after every timeout, until one answers in time
+        tau = remedy["timeout_s"]
+        times, late = first.copy(), first > tau
+        spent = np.where(late, tau, 0.0)
+        while late.any():
+            again = draw(first.shape)
+            times = np.where(late, spent + again, times)
+            late = late & (again > tau)
+            spent = spent + np.where(late, tau, 0.0)
+    else:
+        times = first
+    simulated = times.max(axis=1).mean()
+    assert expected_slowest_s(n, median, sigma, **remedy) == pytest.approx(simulated, rel=0.01)
+
+
+def test_expected_slowest_without_spread_and_bad_input():
+    assert expected_slowest_s(16, 0.05, 0.0) == pytest.approx(0.05), "no spread: every request takes the median"
+    assert expected_slowest_s(16, 0.05, 1.0) / 0.05 == pytest.approx(6.87, rel=0.01), "the docstring's figure"
+    assert expected_slowest_s(16, 0.05, 1.0, hedge_after_s=0.1) < expected_slowest_s(16, 0.05, 1.0, timeout_s=0.1) \
+        < expected_slowest_s(16, 0.05, 1.0), "a hedge buys more than a timeout at the same delay"
+    for bad in [dict(n_requests=0), dict(latency_s=0.0), dict(sigma=-1.0), dict(hedge_after_s=0.0),
+                dict(hedge_after_s=0.1, timeout_s=0.1)]:
+        args = {"n_requests": 16, "latency_s": 0.05, "sigma": 1.0, **bad}
+        with pytest.raises(ValueError):
+            expected_slowest_s(**args)
+
+
+def test_hedged_sends_a_second_request_only_when_the_first_is_late():
+    slow_once = {"a": [0.3, 0.0], "b": [0.0]}  # key -> seconds of its successive calls
+    calls, lock = [], threading.Lock()
+
+    def fetch(key):
+        with lock:
+            calls.append(key)
+            n = sum(c == key for c in calls) - 1
+        time.sleep(slow_once[key][min(n, len(slow_once[key]) - 1)])
+        return key.upper()
+
+    with Hedged(fetch, after_s=0.05) as hedged:
+        start = time.perf_counter()
+        assert hedged("a") == "A", "the second request's answer"
+        hedged_s = time.perf_counter() - start
+        assert hedged("b") == "B"
+    assert hedged_s < 0.25, f"the hedge answered before the slow first call ({hedged_s:.3f} s)"
+    assert sorted(calls) == ["a", "a", "b"], "a second request for the late key only"
+    assert (hedged.calls, hedged.hedges) == (2, 1)
+
+
+def test_hedged_raises_when_every_request_fails():
+    def broken(key):
+        time.sleep(0.05)
+        raise KeyError(key)
+
+    with Hedged(broken, after_s=0.01) as hedged:
+        with pytest.raises(KeyError):
+            hedged("k")
+    assert hedged.hedges == 1, "the first call was late, so a second went out before both failed"
+    with pytest.raises(ValueError):
+        Hedged(str, after_s=0.0)
+
+
+def test_hedged_fetch_all_against_a_store_with_a_tail(store, filled):
+    _, keys, _, tree = filled
+    client = store.client(max_pool_connections=32)
+    try:
+        store.set(latency_s=0.01, latency_sigma=1.0, seed=0)
+        with Hedged(lambda k: client.get_object(Bucket=BUCKET, Key=k)["Body"].read(), after_s=0.02) as hedged:
+            got = fetch_all(keys, hedged, 8)
+    finally:
+        client.close()
+    assert got == expected_bytes(tree, keys), "every object, once, in order, hedged or not"
+    assert hedged.hedges > 0 and store.stats()["requests"] == len(keys) + hedged.hedges, \
+        "one more request per hedge, no more"
+
+
+def test_the_plots_of_remote_storage_draw_every_row():
+    """Each plot of notebook 07 draws one mark per row it is given, with the labels the notebook reads."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from feedgpu.plots import (plot_first_batch_and_rate, plot_littles_law, plot_retry_outcomes, plot_slowest_request,
+                               plot_store_simulation)
+
+    ax = plot_store_simulation([1, 2, 4], [20.0, 40.0, 80.0], [20.0, 40.0, 80.0], latency_s=0.05, max_concurrent=16)
+    assert [len(line.get_xdata()) for line in ax.lines] == [3, 3], "the simulated points and the model's line"
+    results = {"stream, 2 workers": {"in flight": 2, "images/s": 35.0}, "threads, 2 workers x 16": {"in flight": 32,
+               "images/s": 300.0}, "cache, epoch 2": {"in flight": 0, "images/s": 5000.0}}
+    ax = plot_littles_law(results, 0.055, store_cpu_s=0.0015, cpu_s=0.003, cores=2)
+    labels = [line.get_label() for line in ax.lines]
+    assert "stream, 2 workers" in labels and "threads, 2 workers x 16" in labels and "cache, epoch 2" not in labels
+    assert ax.lines[1].get_ydata()[0] == pytest.approx(1 / 0.0015) and ax.lines[2].get_ydata()[0] == pytest.approx(2 / 0.003)
+    table = pd.DataFrame({"first batch (s)": [1.0, 0.2], "images/s": [35.0, 900.0]}, index=["stream", "shards"])
+    left, right = plot_first_batch_and_rate(table)
+    assert [bar.get_width() for bar in left.patches] == [0.2, 1.0] and len(right.patches) == 2
+    left, right = plot_slowest_request([0.05, 0.06, 0.4], {"no remedy": [0.5, 0.45]}, {"no remedy": 0.34, "hedged": 0.18},
+                                       latency_s=0.05)
+    assert len(right.patches) == 4, "measured and model bars for each of the two remedies (one measured is empty)"
+    storm = pd.DataFrame({"requests per delivered": [7.0, 1.2], "goodput (images/s)": [40.0, 39.0], "lost": [13, 0]},
+                         index=["at once", "Little's law"])
+    left, right = plot_retry_outcomes(storm, limit_per_s=40)
+    assert sorted(t.get_text() for t in right.texts) == ["0 lost", "13 lost"], "each bar says what it lost"
+    plt.close("all")

@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m feedgpu.objectstore",
         description="Serve an LFW tree from a local S3-compatible object store (moto) with injected "
-                    "latency, bandwidth, concurrency limit and failures, until Ctrl-C.")
+                    "latency (and its tail), bandwidth, concurrency and request-rate limits and failures, "
+                    "until Ctrl-C.")
     parser.add_argument("--root", default=None, help="the LFW tree (default: the course's data tree)")
     parser.add_argument("--bucket", default="lfw", help="bucket of the images, one object each (default: lfw)")
     parser.add_argument("--shard-bucket", default="lfw-shards",
@@ -35,13 +36,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--images-per-shard", type=int, default=IMAGES_PER_SHARD)
     parser.add_argument("--limit", type=int, default=None, help="serve only the first N images")
     parser.add_argument("--port", type=int, default=9000, help="port on 127.0.0.1 (default 9000; 0 for any free one)")
-    parser.add_argument("--latency-ms", type=float, default=0.0, help="time to first byte per request")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="time to first byte per request (the median)")
+    parser.add_argument("--latency-sigma", type=float, default=0.0,
+                        help="tail of the time to first byte: log-normal spread (default 0: none; 1: p99 ~10x median)")
     parser.add_argument("--bandwidth-mb-s", type=float, default=None,
                         help="megabytes (10**6 bytes) per second per connection (default: no limit)")
     parser.add_argument("--max-concurrent", type=int, default=None,
                         help="requests served at once; more wait (default: no limit)")
-    parser.add_argument("--slowdown-rate", type=float, default=0.0, help="probability of 503 SlowDown")
+    parser.add_argument("--requests-per-s", type=float, default=None,
+                        help="request rate beyond which requests get 503 SlowDown, as S3's per prefix (default: no limit)")
+    parser.add_argument("--burst", type=float, default=None,
+                        help="requests let through at once by the rate limit (default: a tenth of a second's worth)")
+    parser.add_argument("--slowdown-rate", type=float, default=0.0, help="probability of 503 SlowDown at random")
     parser.add_argument("--drop-rate", type=float, default=0.0, help="probability of a dropped connection")
+    parser.add_argument("--cut-rate", type=float, default=0.0,
+                        help="probability that a body is cut part-way (the client's read fails)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the failures (default 0)")
     return parser
 
@@ -61,10 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         pass
     settings = dict(
         latency_s=args.latency_ms / 1000.0,
+        latency_sigma=args.latency_sigma,
         bandwidth_bytes_per_s=None if args.bandwidth_mb_s is None else args.bandwidth_mb_s * 1e6,
         max_concurrent=args.max_concurrent,
+        requests_per_s=args.requests_per_s,
+        burst=args.burst,
         slowdown_rate=args.slowdown_rate,
         drop_rate=args.drop_rate,
+        cut_rate=args.cut_rate,
         seed=args.seed,
     )
     store = ObjectStore(port=args.port)

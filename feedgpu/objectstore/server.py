@@ -2,14 +2,19 @@
 
 One request goes through the middleware (:class:`FaultInjector`) in this order::
 
-    arrive ─► wait for a slot (max_concurrent) ─► time to first byte (latency_s)
-          ─► dropped connection?  (drop_rate)      ─► the client sees a connection error
-          ─► 503 SlowDown?        (slowdown_rate)  ─► S3's XML error body
-          ─► moto answers ─► the body leaves in paced chunks (bandwidth_bytes_per_s) ─► slot freed
+    arrive ─► draw its fate (seeded)  ─► a token of the rate limit? (requests_per_s)
+          ─► wait for a slot (max_concurrent) ─► time to first byte (latency_s, with a tail: latency_sigma)
+          ─► dropped connection?  (drop_rate)                    ─► the client sees a connection error
+          ─► 503 SlowDown?        (no token, or slowdown_rate)    ─► S3's XML error body
+          ─► moto answers ─► the body leaves in paced chunks (bandwidth_bytes_per_s)
+          ─► cut part-way?        (cut_rate)                     ─► the client's read() fails
+          ─► slot freed
 
-Which requests fail is drawn from ``random.Random(f"{seed}/{n}")`` for the ``n``-th
+What each request meets is drawn from ``random.Random(f"{seed}/{n}")`` for the ``n``-th
 request since the store started (or since :meth:`ObjectStore.reset_stats`), so one
-client issuing the same requests sees the same failures in every run.
+client issuing the same requests sees the same faults in every run
+(:mod:`~feedgpu.objectstore.faults`). Only the rate limit depends on time: it refuses
+what comes too fast, as S3 does.
 """
 
 from __future__ import annotations
@@ -17,13 +22,14 @@ from __future__ import annotations
 import dataclasses
 import errno
 import logging
-import random
 import socket
 import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+from .faults import Fate, TokenBucket, default_burst, draw_fate
 
 logger = logging.getLogger(__name__)
 
@@ -54,50 +60,91 @@ class StoreSettings:
     """What the middleware injects; every field can be changed while the store runs.
 
     Attributes:
-        latency_s: time to first byte added to every request, in seconds.
+        latency_s: time to first byte of a request, in seconds: the median, when
+            ``latency_sigma`` > 0.
+        latency_sigma: the tail of the time to first byte: each request draws
+            ``latency_s * exp(latency_sigma * z)``, ``z`` standard normal (log-normal);
+            0 (default) for the same latency every time. At 1, one request in 100 takes
+            over 10 times the median.
         bandwidth_bytes_per_s: bytes per second for each response body (each request has
             its own connection, so this is the bandwidth per connection); ``None`` for no limit.
         max_concurrent: requests served at once; more requests *wait* for a slot (in
             arrival order, roughly), as behind a server with a fixed pool of workers.
-            ``None`` for no limit. (Overload answers come from ``slowdown_rate`` instead,
-            so the two effects can be studied apart.)
-        slowdown_rate: probability that a request is answered ``503 SlowDown``.
+            ``None`` for no limit. This is the course's model of a busy server; S3
+            itself does not queue: it refuses the excess (``requests_per_s``).
+        requests_per_s: S3's request-rate limit (per partitioned prefix; here one for the
+            whole store): a token bucket that refills at this rate, and a request that
+            finds it empty is answered ``503 SlowDown`` at once. ``None`` for no limit.
+        burst: the requests that the rate limit lets through at once after a pause
+            (the bucket's size); ``None`` for a tenth of a second's worth, at least 1.
+        slowdown_rate: probability that a request is answered ``503 SlowDown``, whatever
+            the rate (failures that slowing down cannot cure).
         drop_rate: probability that the connection is closed before any answer.
-        seed: seeds the draw of failures (see the module docstring).
+        cut_rate: probability that a successful answer's connection is cut part-way
+            through its body (between 10% and 90% of it): the client has its status and
+            headers, and its ``read()`` of the body fails.
+        seed: seeds what each request meets (see :mod:`~feedgpu.objectstore.faults`).
     """
 
     latency_s: float = 0.0
+    latency_sigma: float = 0.0
     bandwidth_bytes_per_s: float | None = None
     max_concurrent: int | None = None
+    requests_per_s: float | None = None
+    burst: float | None = None
     slowdown_rate: float = 0.0
     drop_rate: float = 0.0
+    cut_rate: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
         if not self.latency_s >= 0:
             raise ValueError(f"latency_s must be >= 0 seconds, got {self.latency_s!r}")
+        if not self.latency_sigma >= 0:
+            raise ValueError(f"latency_sigma must be >= 0 (0: no tail), got {self.latency_sigma!r}")
         if self.bandwidth_bytes_per_s is not None and not self.bandwidth_bytes_per_s > 0:
             raise ValueError(
                 f"bandwidth_bytes_per_s must be > 0 (or None for no limit), got {self.bandwidth_bytes_per_s!r}"
             )
         if self.max_concurrent is not None and (int(self.max_concurrent) != self.max_concurrent or self.max_concurrent < 1):
             raise ValueError(f"max_concurrent must be an integer >= 1 (or None for no limit), got {self.max_concurrent!r}")
-        for name in ("slowdown_rate", "drop_rate"):
+        if self.requests_per_s is not None and not self.requests_per_s > 0:
+            raise ValueError(f"requests_per_s must be > 0 (or None for no limit), got {self.requests_per_s!r}")
+        if self.burst is not None and not self.burst >= 1:
+            raise ValueError(f"burst must be >= 1 request (or None for the default), got {self.burst!r}")
+        for name in ("slowdown_rate", "drop_rate", "cut_rate"):
             rate = getattr(self, name)
             if not 0.0 <= rate <= 1.0:
                 raise ValueError(f"{name} is a probability between 0 and 1, got {rate!r}")
 
+    def rate_limit(self) -> TokenBucket | None:
+        """A fresh (full) token bucket for ``requests_per_s``, or ``None`` without a limit."""
+        if self.requests_per_s is None:
+            return None
+        burst = self.burst if self.burst is not None else default_burst(self.requests_per_s)
+        return TokenBucket(self.requests_per_s, burst)
+
 
 class _PacedBody:
-    """A WSGI response body sent in chunks no faster than a bandwidth; frees the slot when sent."""
+    """A WSGI response body sent in chunks no faster than a bandwidth, perhaps cut short; frees the slot when sent.
+
+    ``cut_after`` (bytes): send that many bytes of the body, then close the connection,
+    as a network that fails mid-transfer does; ``None`` sends it all.
+    """
 
     def __init__(self, body: Iterable[bytes], bytes_per_s: float | None, closing: threading.Event,
-                 on_bytes: Callable[[int], None], on_done: Callable[[], None]):
+                 on_bytes: Callable[[int], None], on_done: Callable[[], None], *,
+                 cut_after: int | None = None, on_cut: Callable[[], None] | None = None,
+                 environ: dict[str, Any] | None = None, number: int = 0):
         self._body = body
         self._bytes_per_s = bytes_per_s
         self._closing = closing
         self._on_bytes = on_bytes
         self._on_done = on_done
+        self._cut_after = cut_after
+        self._on_cut = on_cut
+        self._environ = environ or {}
+        self._number = number
         self._released = False
 
     def __iter__(self) -> Iterator[bytes]:
@@ -109,18 +156,35 @@ class _PacedBody:
         for data in self._body:
             for i in range(0, len(data), chunk or max(len(data), 1)):
                 piece = data[i:i + chunk] if chunk else data
+                if self._cut_after is not None and sent + len(piece) >= self._cut_after:
+                    head = piece[:self._cut_after - sent]
+                    yield from self._send(head, start, sent + len(head))
+                    self._cut()
                 sent += len(piece)
-                if rate is not None and not self._closing.is_set():
-                    # a chunk leaves once the link could have carried every byte up to its
-                    # end, so a body of N bytes takes at least N / rate seconds
-                    wait_s = start + sent / rate - time.perf_counter()
-                    if wait_s > 0:
-                        self._closing.wait(wait_s)
-                self._on_bytes(len(piece))  # counted before it leaves: the client may read it at once
-                yield bytes(piece)
+                yield from self._send(piece, start, sent)
         # the last byte is out: free the slot now, not at close(), which werkzeug calls
         # only after waiting 10 ms for stray request bytes
         self._release()
+
+    def _send(self, piece: bytes, start: float, sent_after: int) -> Iterator[bytes]:
+        if not piece:
+            return
+        rate = self._bytes_per_s
+        if rate is not None and not self._closing.is_set():
+            # a chunk leaves once the link could have carried every byte up to its
+            # end, so a body of N bytes takes at least N / rate seconds
+            wait_s = start + sent_after / rate - time.perf_counter()
+            if wait_s > 0:
+                self._closing.wait(wait_s)
+        self._on_bytes(len(piece))  # counted before it leaves: the client may read it at once
+        yield bytes(piece)
+
+    def _cut(self) -> None:
+        """Close the connection mid-body; werkzeug takes the error for a client that went away."""
+        if self._on_cut is not None:
+            self._on_cut()
+        _drop_connection(self._environ)
+        raise ConnectionResetError(f"feedgpu.objectstore cut the body of request {self._number} on purpose")
 
     def _release(self) -> None:
         if not self._released:
@@ -150,6 +214,7 @@ class FaultInjector:
     def __init__(self, app: Callable, settings: StoreSettings):
         self.app = app
         self._settings = settings
+        self._bucket = settings.rate_limit()
         self._cond = threading.Condition()
         self._closing = threading.Event()
         self._reset_counters()
@@ -164,6 +229,8 @@ class FaultInjector:
             self._settings = dataclasses.replace(self._settings, **changes)
             if "seed" in changes:
                 self._requests = 0  # a new seed starts a new, repeatable sequence
+            if "requests_per_s" in changes or "burst" in changes:
+                self._bucket = self._settings.rate_limit()  # a new limit starts full
             self._cond.notify_all()  # a larger max_concurrent frees waiting requests
             return self._settings
 
@@ -173,6 +240,7 @@ class FaultInjector:
         self._peak_in_flight = 0
         self._slowdowns = 0
         self._drops = 0
+        self._cuts = 0
         self._bytes_sent = 0
 
     def reset_stats(self) -> None:
@@ -180,6 +248,7 @@ class FaultInjector:
             in_flight = self._in_flight
             self._reset_counters()
             self._in_flight = self._peak_in_flight = in_flight
+            self._bucket = self._settings.rate_limit()  # a fresh start: the rate limit's bucket full
 
     def stats(self) -> dict[str, int]:
         with self._cond:
@@ -189,6 +258,7 @@ class FaultInjector:
                 "peak_in_flight": self._peak_in_flight,
                 "slowdowns": self._slowdowns,
                 "drops": self._drops,
+                "cuts": self._cuts,
                 "bytes_sent": self._bytes_sent,
             }
 
@@ -199,17 +269,19 @@ class FaultInjector:
             self._cond.notify_all()
 
     # -- one request -------------------------------------------------------------------
-    def _admit(self) -> tuple[StoreSettings, int, bool, bool]:
-        """Number the request, draw its fate, then wait for a slot and take it."""
+    def _admit(self) -> tuple[StoreSettings, int, Fate, bool]:
+        """Number the request, draw its fate, ask the rate limit, then wait for a slot and take it.
+
+        Returns the settings it is served under, its number, its fate, and whether it is
+        answered ``SlowDown`` (at random, or for want of a token).
+        """
         with self._cond:
             settings = self._settings
             number = self._requests
             self._requests += 1
-            rng = random.Random(f"{settings.seed}/{number}")
-            # both draws always happen, in this order, so changing one rate leaves the
-            # other's sequence of failures unchanged
-            drop = rng.random() < settings.drop_rate
-            slowdown = rng.random() < settings.slowdown_rate
+            fate = draw_fate(settings, number)
+            # the rate limit counts every request that arrives, before any queue, as S3 does
+            throttled = self._bucket is not None and not self._bucket.take()
             while not self._closing.is_set():
                 limit = self._settings.max_concurrent
                 if limit is None or self._in_flight < limit:
@@ -217,11 +289,12 @@ class FaultInjector:
                 self._cond.wait(0.5)
             self._in_flight += 1
             self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
-            if drop:
+            slowdown = not fate.drop and (throttled or fate.slowdown)
+            if fate.drop:
                 self._drops += 1
             elif slowdown:
                 self._slowdowns += 1
-        return settings, number, drop, slowdown
+        return settings, number, fate, slowdown
 
     def _release(self) -> None:
         with self._cond:
@@ -232,14 +305,25 @@ class FaultInjector:
         with self._cond:
             self._bytes_sent += n
 
+    def _count_cut(self) -> None:
+        with self._cond:
+            self._cuts += 1
+
     def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
         if environ.get("PATH_INFO", "").startswith(_CONTROL_PREFIX):
             return self.app(environ, start_response)
-        settings, number, drop, slowdown = self._admit()
+        settings, number, fate, slowdown = self._admit()
+        answer: dict[str, Any] = {}
+
+        def noting_start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable:
+            answer["status"] = status
+            answer["length"] = next((int(v) for k, v in headers if k.lower() == "content-length"), None)
+            return start_response(status, headers, exc_info) if exc_info else start_response(status, headers)
+
         try:
-            if settings.latency_s > 0:
-                self._closing.wait(settings.latency_s)
-            if drop:
+            if fate.latency_s > 0:
+                self._closing.wait(fate.latency_s)
+            if fate.drop:
                 _drop_connection(environ)
                 # werkzeug treats this error as "the client went away" and stays silent
                 raise ConnectionResetError(f"feedgpu.objectstore dropped request {number} on purpose")
@@ -253,11 +337,17 @@ class FaultInjector:
                 ])
                 response: Iterable[bytes] = [body]
             else:
-                response = self.app(environ, start_response)
+                response = self.app(environ, noting_start_response)
         except BaseException:
             self._release()
             raise
-        return _PacedBody(response, settings.bandwidth_bytes_per_s, self._closing, self._count_bytes, self._release)
+        cut_after = None
+        length = answer.get("length")
+        if (fate.cut_at is not None and str(answer.get("status", "")).startswith("2")
+                and environ.get("REQUEST_METHOD") != "HEAD" and length is not None and length >= 2):
+            cut_after = min(length - 1, max(1, int(length * fate.cut_at)))
+        return _PacedBody(response, settings.bandwidth_bytes_per_s, self._closing, self._count_bytes, self._release,
+                          cut_after=cut_after, on_cut=self._count_cut, environ=environ, number=number)
 
 
 def _drop_connection(environ: dict[str, Any]) -> None:
@@ -485,13 +575,15 @@ class ObjectStore:
 
     def stats(self) -> dict[str, int]:
         """Counters since start (or :meth:`reset_stats`): requests, in_flight, peak_in_flight,
-        slowdowns, drops, bytes_sent."""
+        slowdowns (every ``503 SlowDown``: random or for the rate), drops (before an answer),
+        cuts (part-way through a body), bytes_sent."""
         if self._injector is None:
             return {}
         return self._injector.stats()
 
     def reset_stats(self) -> None:
-        """Zero the counters and restart the request numbering (and so the failure sequence)."""
+        """Zero the counters, restart the request numbering (and so the sequence of faults), and
+        refill the rate limit's bucket: what follows is what follows a fresh start."""
         if self._injector is not None:
             self._injector.reset_stats()
 
@@ -511,11 +603,14 @@ def make_client(endpoint_url: str, retry_mode: str | None = "standard", max_atte
 
     Args:
         endpoint_url: e.g. ``store.endpoint_url``.
-        retry_mode: botocore's ``"legacy"`` (boto3's default), ``"standard"`` or
-            ``"adaptive"``; ``None`` turns retries off (one attempt).
+        retry_mode: botocore's ``"standard"`` (the default of the botocore we pin, 1.44:
+            ``botocore/args.py``, ``_compute_retry_mode``), ``"legacy"`` (the default of
+            older releases) or ``"adaptive"``; ``None`` turns retries off (one attempt).
         max_attempts: attempts in all, the first included; ``None`` for the mode's default
             (legacy 5, standard and adaptive 3).
-        **config: more ``botocore.config.Config`` options, e.g. ``max_pool_connections``.
+        **config: more ``botocore.config.Config`` options, e.g. ``max_pool_connections`` or
+            ``read_timeout`` (seconds a read of the answer may wait before it fails and,
+            in every retry mode, is retried).
     """
     import boto3
     from botocore.config import Config
