@@ -72,13 +72,32 @@ def test_gpu_bench_says_why_it_measured_nothing_without_cuda():
 
 
 def test_serialised_records_come_back_equal():
-    """The memory bench's buffer holds exactly the records of the list, in order."""
-    from feedgpu.workflows.bench.memory import _as_buffer
+    """The memory bench's layouts of the records (its buffer, and the buffer in tensors) hold
+    exactly the records of the list, in order."""
+    from feedgpu.workflows.bench.memory import layouts
     from feedgpu.workloads.annotations import make_annotations
-    from feedgpu.workloads.records import SerializedRecordDataset
 
     records = make_annotations(50, seed=3)
-    buffer, offsets = _as_buffer(records)
-    dataset = SerializedRecordDataset(buffer, offsets)
-    assert [dataset[i] for i in range(len(dataset))] == records
-    assert len(offsets) == 51 and offsets[-1] == len(buffer)
+    found = layouts(records)
+    assert sorted(found) == ["buffer", "list", "tensors"], sorted(found)
+    for name, dataset in found.items():
+        assert [dataset[i] for i in range(len(dataset))] == records, f"{name}: records differ"
+
+
+def test_memory_bench_counts_copies_of_the_list_not_of_the_buffer():
+    """Under fork, the workers hold alone (copied on write) most of the list's pages they read, and
+    none of the buffer's: each a count of pages, never below zero."""
+    import multiprocessing as mp
+
+    from feedgpu.measure.memory import available_kinds
+    from feedgpu.workflows.bench.memory import WORKERS, held_alone, layouts
+    from feedgpu.workloads.annotations import make_annotations
+
+    if "fork" not in mp.get_all_start_methods() or "pss" not in available_kinds():
+        pytest.skip("needs fork and Linux's /proc")
+    found = layouts(make_annotations(3_000, seed=2))
+    reports = {name: held_alone(found[name], "fork") for name in ("list", "buffer")}
+    assert all(len(r) == WORKERS for r in reports.values()), f"one report per worker: {reports}"
+    copied = sum(r.alone for r in reports["list"])
+    assert copied >= 0.5 * reports["list"][0].total, f"the list's workers copied what they read: {reports['list']}"
+    assert sum(r.alone for r in reports["buffer"]) <= 0.02 * copied, f"the buffer stays shared: {reports['buffer']}"

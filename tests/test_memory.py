@@ -30,10 +30,13 @@ from feedgpu.measure.memory import (  # noqa: E402
     MetricUnavailable,
     available_kinds,
     memory_of,
+    object_regions,
+    page_use,
     peak_total_mb,
     probe_overhead,
     process_roles,
     read_memory,
+    sample_totals_mb,
     summarize,
     worker_growth_mb,
 )
@@ -51,6 +54,7 @@ needs_uss = pytest.mark.skipif("uss" not in available_kinds(), reason="no USS on
 needs_pss = pytest.mark.skipif("pss" not in available_kinds(), reason="no PSS on this platform")
 needs_fork = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
                                 reason="no fork on this platform")
+needs_pagemap = pytest.mark.skipif(not os.path.exists("/proc/self/pagemap"), reason="no /proc/<pid>/pagemap here")
 
 # A plain Python (no torch: it starts fast and small) that allocates and touches N MB
 # when told to, and answers each step on stdout.
@@ -360,6 +364,13 @@ def test_summaries_of_a_known_table():
     assert worker_growth_mb(table) == 70.0, f"summed worker USS growth {worker_growth_mb(table)} != 70"
     assert peak_total_mb(table, "pss") == 475.0, f"peak summed PSS {peak_total_mb(table, 'pss')} != 475"
     assert peak_total_mb(table, "pss_mb", roles=("other",)) == 7.0, "the helper alone peaks at 7 MB"
+    totals = sample_totals_mb(table, "pss")
+    assert totals.to_dict() == {0.0: 441.0, 1.0: 475.0}, f"main + workers at each sample: {totals.to_dict()}"
+    gappy = table.assign(pss_mb=table["pss_mb"].where(table["process"] != 12))  # worker 12 unread
+    assert sample_totals_mb(gappy, "pss").to_dict() == {0.0: 380.0, 1.0: 390.0}, "NaN left out of the sums"
+    assert sample_totals_mb(gappy, "pss", complete=3).empty, "no sample read all three processes"
+    assert sample_totals_mb(table, "rss", ["worker"], complete=2).to_dict() == {0.0: 800.0, 1.0: 850.0}
+    assert peak_total_mb(table.assign(pss_mb=math.nan)) == 0.0, "no values: 0.0"
 
 
 @needs_fork
@@ -384,6 +395,56 @@ def test_probe_sees_copy_on_write_of_a_list_but_not_of_an_array():
         f"workers reading the array grew {growth['array']:.1f} MB, the list version {growth['list']:.1f} MB")
 
 
+def test_object_regions_lists_objects_and_array_data():
+    """Each object of a container's tree at its address, an array's or tensor's data, shared singletons left out."""
+    import torch
+
+    array, tensor = np.arange(1000, dtype=np.int64), torch.arange(500, dtype=torch.int64)
+    caption, box = "a dog " * 20, [12.5, 40.25]
+    record = {"caption": caption, "bbox": box, "small": 7, "none": None}
+    regions = dict(object_regions([record, array, tensor, record]))
+    assert regions[array.__array_interface__["data"][0]] == 8000, "the array's data, all 8000 bytes"
+    assert regions[tensor.untyped_storage().data_ptr()] == 4000, "the tensor's storage"
+    assert regions[id(caption)] == sys.getsizeof(caption), "a string: its whole object"
+    assert all(id(v) in regions for v in box), "the floats in the list"
+    assert sum(address <= id(record) < address + size for address, size in regions.items()) == 1, (
+        "the dict once (it appears twice in the list), with the collector's header before it")
+    assert id(7) not in regions and id(None) not in regions, "small ints and None belong to no dataset"
+
+
+@needs_pagemap
+@needs_fork
+def test_page_use_counts_what_a_forked_child_shares_and_copies():
+    """After a fork every page of a block is shared; the pages the child writes become its own."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    block = np.ones(4 * MB // 8, dtype=np.int64)  # every page written
+    regions = [(block.__array_interface__["data"][0], block.nbytes)]
+    mine = page_use(regions)
+    assert mine.present == mine.total >= block.nbytes, f"every page of the block is in memory here: {mine}"
+    read, write = os.pipe()
+    answer, report = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: writes one value in each of the first 100 pages, then waits
+        try:
+            os.read(read, 1)
+            block[: 100 * page // 8: page // 8] = 2
+            os.write(report, b"x")
+            os.read(read, 1)
+        finally:
+            os._exit(0)
+    try:
+        shared = page_use(regions, pid)
+        os.write(write, b"w")
+        os.read(answer, 1)
+        copied = page_use(regions, pid)
+    finally:
+        os.write(write, b"q")
+        os.waitpid(pid, 0)
+    assert shared.present >= block.nbytes and shared.alone == 0, f"right after the fork, all shared: {shared}"
+    assert copied.alone == 100 * page, f"the 100 pages the child wrote are its own copies: {copied}"
+    assert page_use([]) == (0, 0, 0), "no regions, no pages"
+
+
 def test_plot_memory_draws_one_line_per_process():
     """plot_memory: one labelled line per process, axes labelled, an Axes returned."""
     ax = plot_memory(_table(), metric="uss")
@@ -397,6 +458,22 @@ def test_plot_memory_draws_one_line_per_process():
     no_pss = _table().assign(pss_mb=math.nan)
     with pytest.raises(ValueError, match="no PSS values"):
         plot_memory(no_pss, metric="pss")
+
+
+def test_plot_memory_grid_writes_each_value_in_its_cell():
+    """plot_memory_grid: the table's rows and columns as ticks, each value written, one colour scale."""
+    from feedgpu.plots import plot_memory_grid
+
+    cells = pd.DataFrame([[57.4, 2.0], [-0.3, 19.0]], index=["fork", "spawn"], columns=["list of dicts", "one buffer"])
+    ax = plot_memory_grid(cells, vmax=100, title="held")
+    try:
+        assert [t.get_text() for t in ax.texts] == ["57", "2", "0", "19"], "values row by row, no '-0'"
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["fork", "spawn"], "rows as y ticks"
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["list\nof dicts", "one\nbuffer"], "columns as x ticks"
+        assert ax.images[0].get_clim() == (0, 100), "the colour scale asked for"
+        assert ax.get_title() == "held"
+    finally:
+        plt.close(ax.figure)
 
 
 def test_probe_overhead_reports_paired_rounds():

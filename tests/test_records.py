@@ -6,6 +6,7 @@ import pickle
 
 import numpy as np
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
 from feedgpu.workloads.annotations import (
@@ -14,16 +15,84 @@ from feedgpu.workloads.annotations import (
     annotations_to_arrays,
     make_annotations,
 )
-from feedgpu.workloads.records import SerializedRecordDataset, collate_touch, freeze_gc
+from feedgpu.workloads.records import SerializedRecordDataset, collate_touch, freeze_gc, serialize_records
 
 pytestmark = pytest.mark.unit
 
 
 def _pickled(records):
+    """The layout made with pickle directly, independent of serialize_records."""
     parts = [pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL) for r in records]
     offsets = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum([len(p) for p in parts], out=offsets[1:])
     return np.frombuffer(b"".join(parts), dtype=np.uint8).copy(), offsets
+
+
+def test_serialize_records_is_the_layout_the_dataset_reads():
+    records = make_annotations(40, seed=6) + [None, "x", [1, 2], {"empty": {}}]
+    buffer, offsets = serialize_records(records)
+    expected_buffer, expected_offsets = _pickled(records)
+    assert buffer.dtype == np.uint8 and buffer.ndim == 1 and buffer.flags.owndata, "one uint8 array of its own"
+    assert offsets.dtype == np.int64 and np.array_equal(offsets, expected_offsets), "n + 1 int64 positions"
+    assert np.array_equal(buffer, expected_buffer), "every record pickled, end to end, in order"
+    assert serialize_records(tuple(records))[0].tobytes() == buffer.tobytes(), "a tuple as a list"
+    empty_buffer, empty_offsets = serialize_records([])
+    assert len(empty_buffer) == 0 and empty_offsets.tolist() == [0], "no records: an empty buffer and [0]"
+
+
+@pytest.mark.parametrize("bad", [{"a": 1}, "abc", (r for r in range(3)), np.arange(3)])
+def test_serialize_records_rejects_what_is_not_a_list(bad):
+    with pytest.raises(TypeError, match="list or a tuple"):
+        serialize_records(bad)
+
+
+def test_serialized_dataset_takes_tensors():
+    """The same buffer held as tensors: the same records; the offsets kept as int64."""
+    records = make_annotations(30, seed=8) + [None]
+    buffer, offsets = _pickled(records)
+    dataset = SerializedRecordDataset(torch.from_numpy(buffer), torch.from_numpy(offsets.astype(np.int32)))
+    assert dataset.offsets.dtype == torch.int64, f"offsets kept as int64, got {dataset.offsets.dtype}"
+    assert [dataset[i] for i in range(len(dataset))] == records, "every record unpickled equal"
+    assert dataset[-1] is None, "negative index counts from the end"
+    with pytest.raises(IndexError):
+        dataset[len(records)]
+
+
+@pytest.mark.parametrize("buffer, offsets", [
+    (torch.zeros(4, dtype=torch.int8), torch.tensor([0, 4])),       # not uint8
+    (torch.zeros(2, 2, dtype=torch.uint8), torch.tensor([0, 4])),   # not 1-d
+    (torch.zeros(4, dtype=torch.uint8), np.array([0, 4])),          # offsets not a tensor
+    (torch.zeros(4, dtype=torch.uint8), torch.tensor([0.0, 4.0])),  # float offsets
+])
+def test_serialized_dataset_rejects_bad_tensors(buffer, offsets):
+    with pytest.raises(TypeError):
+        SerializedRecordDataset(buffer, offsets)
+
+
+def test_serialized_dataset_checks_tensor_offsets():
+    with pytest.raises(ValueError):
+        SerializedRecordDataset(torch.zeros(4, dtype=torch.uint8), torch.tensor([0, 3]))
+
+
+@pytest.mark.slow
+def test_spawned_workers_map_a_tensor_buffer_and_copy_a_numpy_one():
+    """Under spawn, torch's pickling puts the tensors in shared memory: each worker maps the main
+    process's pages (none of its own), while the numpy buffer arrives as a copy of its own."""
+    import multiprocessing as mp
+
+    from feedgpu.measure.memory import available_kinds
+    from feedgpu.workflows.bench.memory import held_alone
+
+    if "spawn" not in mp.get_all_start_methods() or "pss" not in available_kinds():
+        pytest.skip("needs spawn and Linux's /proc")
+    buffer, offsets = serialize_records(make_annotations(4_000, seed=1))
+    size = buffer.nbytes + offsets.nbytes
+    numpy_alone = sum(r.alone for r in held_alone(SerializedRecordDataset(buffer, offsets), "spawn"))
+    tensor_reports = held_alone(SerializedRecordDataset(torch.tensor(buffer), torch.tensor(offsets)), "spawn")
+    assert numpy_alone >= 2 * 0.9 * size, f"each worker holds a copy of the numpy buffer: {numpy_alone} bytes alone"
+    # a page or so of each worker's own: the dataset's small Python objects, not the buffer
+    assert sum(r.alone for r in tensor_reports) <= 0.01 * size, f"the tensors' pages are shared: {tensor_reports}"
+    assert all(r.present > 0 for r in tensor_reports), f"each worker read the shared pages: {tensor_reports}"
 
 
 def test_make_annotations_is_seeded():

@@ -56,6 +56,14 @@ Where that matters, ask the probe for ``"pss_anon"`` too (:data:`EXTRA_KINDS`): 
 anonymous memory only (heaps, arrays, Python objects: where a dataset lives), from
 ``smaps_rollup``'s ``Pss_Anon`` (Linux 5.9 and later; NaN elsewhere).
 
+**One object's pages** (Linux). USS and PSS are totals over a whole process, so a figure
+made from them (a worker's USS less that of a worker of an empty dataset) is a difference
+of two noisy totals and can come out below zero. :func:`object_regions` lists where an
+object lives in memory (each Python object of a container's tree, each array's or
+tensor's data) and :func:`page_use` reads, page by page from ``/proc/<pid>/pagemap``,
+which of those pages a process has in memory and which it maps *alone* (its own copy:
+copied on write, or unpickled into it): a count of pages, so never below zero.
+
 Units: :func:`memory_of` and :func:`read_memory` return **bytes**; the table and the
 summaries are in **MB, meaning 2**20 bytes** (MiB), as in the grader's sandbox; each
 column says its unit (``rss_mb``).
@@ -90,7 +98,11 @@ __all__ = [
     "MemoryProbe",
     "summarize",
     "worker_growth_mb",
+    "sample_totals_mb",
     "peak_total_mb",
+    "PageUse",
+    "object_regions",
+    "page_use",
     "probe_overhead",
 ]
 
@@ -687,17 +699,161 @@ def worker_growth_mb(table: Any, metric: str = "uss") -> float:
     return float(summary.loc[summary["role"] == "worker", "growth_mb"].sum())
 
 
+def sample_totals_mb(table: Any, metric: str = "pss", roles: Sequence[str] = ("main", "worker"),
+                     *, complete: int | None = None) -> Any:
+    """The sum of ``metric`` over the processes of ``roles`` at each sample, in MB.
+
+    Args:
+        table: a table from :meth:`MemoryProbe.table`.
+        metric: as for :func:`summarize`.
+        roles: the roles added up (by default the loader's family: main and workers).
+        complete: keep only the samples that read this many such processes (with a value
+            of ``metric``), e.g. ``1 + num_workers`` for the samples that saw the whole
+            family; None keeps every sample.
+
+    Returns:
+        A pandas Series of floats indexed by ``time_s``, in time order; NaN values are
+        left out of the sums, and a sample without any value is absent.
+    """
+    column = _column(metric)
+    rows = table[table["role"].isin(list(roles))].dropna(subset=[column])
+    grouped = rows.groupby("time_s")[column]
+    totals = grouped.sum().astype(float)
+    if complete is not None:
+        totals = totals[grouped.count() == complete]
+    return totals
+
+
 def peak_total_mb(table: Any, metric: str = "pss", roles: Sequence[str] = ("main", "worker")) -> float:
-    """The largest sum of ``metric`` over the processes of ``roles`` in one sample, in MB.
+    """The largest sum of ``metric`` over the processes of ``roles`` in one sample, in MB
+    (the largest of :func:`sample_totals_mb`; 0.0 for a table without values).
 
     With PSS this is the most memory the loader's family of processes really used at
     once (shared pages counted once); with RSS it overstates by counting them per process.
     """
-    column = _column(metric)
-    rows = table[table["role"].isin(list(roles))].dropna(subset=[column])
-    if rows.empty:
-        return 0.0
-    return float(rows.groupby("time_s")[column].sum().max())
+    totals = sample_totals_mb(table, metric, roles)
+    return float(totals.max()) if len(totals) else 0.0
+
+
+# --------------------------------------------------------------------------- one object's pages
+
+#: ``type.__flags__`` bit of the types whose objects carry the collector's header just
+#: before them in memory (CPython's ``Py_TPFLAGS_HAVE_GC``).
+_HAVE_GC = 1 << 14
+#: Bytes of that header (CPython 3.8 and later, 64-bit: two pointers).
+_GC_HEAD = 2 * 8 if sys.maxsize > 2**32 else 2 * 4
+
+
+def _shared_singleton(obj: Any) -> bool:
+    """Objects every part of the interpreter shares: no container owns their pages."""
+    return obj is None or isinstance(obj, bool) or (type(obj) is int and -5 <= obj <= 256)
+
+
+def object_regions(obj: Any) -> list[tuple[int, int]]:
+    """Where ``obj`` lives in this process's memory: ``(address, bytes)`` regions.
+
+    Walks ``obj`` and what it holds: the values of dicts (not their keys, usually strings
+    that every record shares), the items of lists and tuples, the attributes of other
+    objects (a Dataset's). Each Python object contributes the memory at its address
+    (with the collector's header just before it), which is where reading it writes its
+    reference count; a numpy array or a torch tensor contributes its data. Objects the
+    whole interpreter shares (``None``, booleans, small ints) are left out; an object met
+    twice counts once. The buffers of dicts and lists (their hash tables and item
+    arrays) live elsewhere and are not listed: reading a record only reads them.
+
+    Walking takes a reference to every object, which writes its reference count: in a
+    forked child that copies the pages walked, so walk in the parent before the fork
+    (the addresses are the same in the child).
+    """
+    import numpy as np
+
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - the course always has torch
+        torch = None
+    regions: list[tuple[int, int]] = []
+    seen: set[int] = set()
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if id(o) in seen or _shared_singleton(o):
+            continue
+        seen.add(id(o))
+        if isinstance(o, np.ndarray):
+            regions.append((o.__array_interface__["data"][0], o.nbytes))
+            continue
+        if torch is not None and isinstance(o, torch.Tensor):
+            storage = o.untyped_storage()
+            regions.append((storage.data_ptr(), storage.nbytes()))
+            continue
+        head = _GC_HEAD if type(o).__flags__ & _HAVE_GC else 0
+        inline = type(o).__basicsize__ if isinstance(o, (dict, list, set)) else sys.getsizeof(o) - head
+        regions.append((id(o) - head, inline + head))
+        if isinstance(o, dict):
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            stack.extend(o)
+        elif hasattr(o, "__dict__") and not isinstance(o, type):
+            stack.extend(vars(o).values())
+    return regions
+
+
+class PageUse(NamedTuple):
+    """How one process holds the pages of some regions of memory, in bytes."""
+
+    total: int    # the pages the regions cover
+    present: int  # those the process has in memory now
+    alone: int    # those it maps alone: its own copy, shared with no other process
+
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_PRESENT, _EXCLUSIVE = 1 << 63, 1 << 56  # /proc/<pid>/pagemap's flags (Linux 4.2 and later)
+
+
+def page_use(regions: Iterable[tuple[int, int]], pid: int | None = None) -> PageUse:
+    """Which pages of ``regions`` the process ``pid`` (default: this one) holds, and alone.
+
+    Reads ``/proc/<pid>/pagemap``, one 64-bit entry per page: bit 63 says the page is in
+    memory, bit 56 that this process is the only one mapping it. A page a forked child
+    still shares with its parent is present but not alone; once either of them writes to
+    it, the writer's copy is alone. Counts of pages, so never below zero.
+
+    Args:
+        regions: ``(address, bytes)`` pairs in that process's memory, e.g. from
+            :func:`object_regions` (called in that process, or in the parent it was forked
+            from before the fork).
+        pid: the process; another process's pagemap needs the right to trace it.
+
+    Returns:
+        A :class:`PageUse` in bytes (pages times the page size).
+
+    Raises:
+        MetricUnavailable: no ``/proc/<pid>/pagemap`` here (macOS, Windows).
+    """
+    import numpy as np
+
+    where = f"/proc/{'self' if pid is None else int(pid)}/pagemap"
+    if not os.path.exists(where):
+        raise MetricUnavailable(f"page-by-page memory needs Linux's {where}, absent on {sys.platform}")
+    spans = np.array([(address, size) for address, size in regions if size > 0], dtype=np.int64).reshape(-1, 2)
+    if not len(spans):
+        return PageUse(0, 0, 0)
+    first = spans[:, 0] // _PAGE_BYTES
+    counts = (spans[:, 0] + spans[:, 1] - 1) // _PAGE_BYTES + 1 - first
+    starts = np.repeat(np.cumsum(counts) - counts, counts)  # where each region's pages begin in the list
+    pages = np.unique(np.repeat(first, counts) + np.arange(int(counts.sum()), dtype=np.int64) - starts)
+    present = alone = 0
+    # read runs of nearby pages at once: one seek per run, not per page
+    breaks = np.flatnonzero(np.diff(pages) > 512) + 1
+    with open(where, "rb") as f:
+        for run in np.split(pages, breaks):
+            f.seek(int(run[0]) * 8)
+            entries = np.frombuffer(f.read((int(run[-1]) - int(run[0]) + 1) * 8), dtype=np.uint64)
+            entries = entries[run - run[0]]
+            is_present = (entries & np.uint64(_PRESENT)) != 0
+            present += int(is_present.sum())
+            alone += int((is_present & ((entries & np.uint64(_EXCLUSIVE)) != 0)).sum())
+    return PageUse(len(pages) * _PAGE_BYTES, present * _PAGE_BYTES, alone * _PAGE_BYTES)
 
 
 def probe_overhead(rounds: int = 6, *, items: int = 240, seconds_per_item: float = 0.008,

@@ -11,9 +11,11 @@ a worker that reads rows of one numpy array writes nothing of it.
 * :class:`RecordArrayDataset`: items are rows of one numpy array (not copied on read);
 * :class:`PidDataset`: each item says which process built it, so a test knows the
   loader's worker processes without asking the DataLoader's private state;
-* :class:`SerializedRecordDataset`: items are unpickled from one ``uint8`` buffer and an
-  ``int64`` offsets array (the fix detectron2 uses): two objects, whatever the number of
-  records, so nothing is copied on read;
+* :func:`serialize_records` and :class:`SerializedRecordDataset`: every record pickled
+  into one ``uint8`` buffer with an ``int64`` offsets array (the fix detectron2 uses), and
+  the dataset that unpickles record ``i`` from them: two objects, whatever the number of
+  records, so nothing is copied on read. Held as numpy arrays, spawn and forkserver copy
+  the buffer into every worker; held as torch tensors, they send it through shared memory;
 * :func:`collate_touch`: a collate that reads every value of every item (as a real
   collate does) and hands back only their count, so the workers' copies show and the
   batches cost nothing to send;
@@ -33,10 +35,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from torch.utils.data import Dataset
 
 __all__ = ["make_python_records", "RecordListDataset", "RecordArrayDataset", "PidDataset",
-           "SerializedRecordDataset", "collate_touch", "freeze_gc"]
+           "serialize_records", "SerializedRecordDataset", "collate_touch", "freeze_gc"]
 
 
 def _position(index: int, n: int) -> int:
@@ -129,49 +132,101 @@ class PidDataset(Dataset):
         return os.getpid()
 
 
+def serialize_records(records: list[Any] | tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Every record pickled (``pickle.HIGHEST_PROTOCOL``), end to end, into one buffer.
+
+    Returns:
+        ``(buffer, offsets)``: ``buffer`` a 1-d ``uint8`` array that owns its memory,
+        ``offsets`` ``len(records) + 1`` ``int64`` positions from 0 to ``len(buffer)``:
+        record ``i`` is ``pickle.loads(buffer[offsets[i]:offsets[i + 1]])``, the layout
+        :class:`SerializedRecordDataset` reads.
+
+    Raises:
+        TypeError: ``records`` is not a list or a tuple (a generator could be read only once).
+    """
+    if not isinstance(records, (list, tuple)):
+        raise TypeError(f"records must be a list or a tuple, got {type(records).__name__}")
+    blobs = [pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL) for r in records]
+    offsets = np.zeros(len(blobs) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in blobs], out=offsets[1:])
+    return np.frombuffer(b"".join(blobs), dtype=np.uint8).copy(), offsets
+
+
 class SerializedRecordDataset(Dataset):
     """Items are pickled records in one buffer: ``dataset[i]`` is
     ``pickle.loads(buffer[offsets[i]:offsets[i + 1]])``, a new object each time.
 
-    The records live in two numpy arrays instead of millions of Python objects: reading
-    one writes no reference count of the others, so forked workers keep sharing the
-    buffer. (Under *spawn* or *forkserver* the dataset is pickled into each worker, so
-    each still gets its own copy of the buffer: compact, and never growing.)
+    The records live in two arrays instead of millions of Python objects: reading one
+    writes no reference count of the others, so forked workers keep sharing the buffer.
+
+    Under *spawn* or *forkserver* the DataLoader pickles the dataset into each worker
+    (``multiprocessing_context.Process(..., args=(..., dataset, ...))``, pickled by
+    multiprocessing's ``ForkingPickler``). Numpy arrays are pickled as their bytes, so
+    each worker gets its own copy of the buffer: compact, and never growing. Torch
+    tensors are pickled by torch's reductions for multiprocessing
+    (``torch/multiprocessing/reductions.py``, registered with ``ForkingPickler`` when
+    torch is imported): the tensor's storage is moved into shared memory once, in this
+    process, and each worker maps the same pages. So pass tensors
+    (``torch.from_numpy(buffer)``, ``torch.from_numpy(offsets)``) to share the buffer
+    under every start method.
 
     Args:
-        buffer: the pickled records one after another, a 1-d ``uint8`` array.
-        offsets: ``n + 1`` non-decreasing ``int64`` positions in ``buffer``, from 0 to
-            ``len(buffer)``: record ``i`` is ``buffer[offsets[i]:offsets[i + 1]]``.
+        buffer: the pickled records one after another: a 1-d ``uint8`` numpy array or
+            torch tensor.
+        offsets: ``n + 1`` non-decreasing positions in ``buffer``, from 0 to
+            ``len(buffer)``: record ``i`` is ``buffer[offsets[i]:offsets[i + 1]]``. An
+            integer numpy array with a numpy buffer (kept as ``int64``), an integer torch
+            tensor with a tensor buffer (kept as ``torch.int64``).
 
     Raises:
-        TypeError: ``buffer`` is not a 1-d uint8 array or ``offsets`` not an integer array.
+        TypeError: ``buffer`` is neither a 1-d uint8 array nor a 1-d uint8 tensor, or
+            ``offsets`` is not a 1-d integer array (tensor) like ``buffer``.
         ValueError: ``offsets`` is empty, does not start at 0, decreases, or does not end
             at ``len(buffer)``.
     """
 
-    def __init__(self, buffer: np.ndarray, offsets: np.ndarray) -> None:
-        if not isinstance(buffer, np.ndarray) or buffer.dtype != np.uint8 or buffer.ndim != 1:
-            raise TypeError(f"buffer must be a 1-d numpy array of uint8, got {_describe(buffer)}")
-        if not isinstance(offsets, np.ndarray) or offsets.dtype.kind not in "iu" or offsets.ndim != 1:
-            raise TypeError(f"offsets must be a 1-d numpy array of integers, got {_describe(offsets)}")
-        if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(buffer) or np.any(np.diff(offsets) < 0):
+    def __init__(self, buffer: np.ndarray | torch.Tensor, offsets: np.ndarray | torch.Tensor) -> None:
+        if isinstance(buffer, torch.Tensor):
+            if buffer.dtype != torch.uint8 or buffer.dim() != 1:
+                raise TypeError(f"a buffer tensor must be 1-d of torch.uint8, got {_describe(buffer)}")
+            if (not isinstance(offsets, torch.Tensor) or offsets.dim() != 1
+                    or offsets.dtype.is_floating_point or offsets.dtype.is_complex or offsets.dtype == torch.bool):
+                raise TypeError(f"with a buffer tensor, offsets must be a 1-d integer tensor, got {_describe(offsets)}")
+            offsets = offsets.to(torch.int64)
+            positions = offsets.numpy()
+        else:
+            if not isinstance(buffer, np.ndarray) or buffer.dtype != np.uint8 or buffer.ndim != 1:
+                raise TypeError(f"buffer must be a 1-d numpy array of uint8, got {_describe(buffer)}")
+            if not isinstance(offsets, np.ndarray) or offsets.dtype.kind not in "iu" or offsets.ndim != 1:
+                raise TypeError(f"offsets must be a 1-d numpy array of integers, got {_describe(offsets)}")
+            offsets = positions = offsets.astype(np.int64, copy=False)
+        if (len(positions) == 0 or positions[0] != 0 or positions[-1] != len(buffer)
+                or np.any(np.diff(positions) < 0)):
             raise ValueError("offsets must hold n + 1 non-decreasing positions from 0 to len(buffer) "
-                             f"= {len(buffer)}, got {len(offsets)} values from "
-                             f"{offsets[0] if len(offsets) else None} to {offsets[-1] if len(offsets) else None}")
+                             f"= {len(buffer)}, got {len(positions)} values from "
+                             f"{positions[0] if len(positions) else None} to "
+                             f"{positions[-1] if len(positions) else None}")
         self.buffer = buffer
-        self.offsets = offsets.astype(np.int64, copy=False)
+        self.offsets = offsets
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def __getitem__(self, index: int) -> Any:
         i = _position(index, len(self.offsets) - 1)
-        return pickle.loads(self.buffer[self.offsets[i]:self.offsets[i + 1]])
+        buffer, offsets = self.buffer, self.offsets
+        if isinstance(buffer, torch.Tensor):
+            # numpy views of the same memory (no copy), made anew for each item: a view kept
+            # would point to the old memory after torch moves the storage into shared memory
+            buffer, offsets = buffer.numpy(), offsets.numpy()
+        return pickle.loads(buffer[offsets[i]:offsets[i + 1]])
 
 
 def _describe(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"a {value.ndim}-d array of {value.dtype}"
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dim()}-d tensor of {value.dtype}"
     return type(value).__name__
 
 
