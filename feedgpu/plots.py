@@ -9,9 +9,14 @@ in Jupyter, in a script that saves the figure, and in tests with the Agg backend
 * timings: :func:`bar_with_error`, :func:`plot_timings`, :func:`plot_waits`, :func:`plot_sweep`;
 * where an image's time goes: :func:`plot_stages`;
 * the pipeline model against measurement: :func:`plot_model_vs_measured`;
-* memory over time: :func:`plot_memory`;
+* memory over time: :func:`plot_memory`; per start method and layout of a dataset:
+  :func:`plot_memory_grid`;
 * copies to the device: :func:`plot_device_timeline`, :func:`plot_copy_strategies`,
-  :func:`plot_copy_fit`, :func:`plot_pin_slowdown`.
+  :func:`plot_copy_fit`, :func:`plot_pin_slowdown`;
+* what each rank loaded, across ranks and workers: :func:`plot_seen`, :func:`plot_copies`;
+* remote storage: :func:`plot_store_simulation`, :func:`plot_littles_law`,
+  :func:`plot_first_batch_and_rate`, :func:`plot_slowest_request`, :func:`plot_retry_outcomes`.
+* a diagnosis of a training loop's loading: :func:`plot_diagnosis`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .checks import check_int, check_seconds
-from .copies import STRATEGIES, CopyCosts, CostFit, pin_then_copy_slowdown
+from .copies import STRATEGIES, CopyCosts, CostFit, pin_then_copy_limit, pin_then_copy_slowdown
 from .measure.stages import STAGES
 from .measure.timing import LoaderTiming
 from .model import simulate, steady_state_time_per_batch
@@ -715,6 +720,43 @@ def plot_memory(table: Any, metric: str = "pss", ax: Any = None, *, title: str |
 __all__.append("plot_memory")
 
 
+def plot_memory_grid(cells: Any, ax: Any = None, *, title: str | None = None, vmax: float | None = None) -> Any:
+    """A table of memory figures in MB as a heat map, each cell's value written in it.
+
+    Args:
+        cells: a pandas DataFrame of MB, e.g. rows the start methods and columns the
+            layouts of a dataset (notebook 06's grid), drawn in its own order.
+        ax: a matplotlib Axes to draw on; a new figure is made when None.
+        title: an optional title.
+        vmax: the MB of the darkest colour (default: the table's largest value), so that
+            two grids side by side can share one scale. Values below zero (noise in a
+            difference of two totals) take the lightest colour and keep their number.
+
+    Returns:
+        The matplotlib Axes.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    values = cells.to_numpy(dtype=float)
+    top = max(float(np.nanmax(values)) if vmax is None else float(vmax), 1.0)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.6 * values.shape[1] + 1.5, 0.9 * values.shape[0] + 1.2),
+                             layout="constrained")
+    ax.imshow(np.clip(values, 0, None), cmap="Reds", vmin=0, vmax=top)
+    ax.set_xticks(range(values.shape[1]), [str(name).replace(" ", "\n", 1) for name in cells.columns])
+    ax.set_yticks(range(values.shape[0]), [str(name) for name in cells.index])
+    for (r, c), value in np.ndenumerate(values):
+        text = "0" if -0.5 < value < 0.5 else f"{value:.0f}"  # no "-0"
+        ax.text(c, r, text, ha="center", va="center", color="white" if value > 0.6 * top else "black")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+__all__.append("plot_memory_grid")
+
+
 # --------------------------------------------------------------------------- copies to the device
 
 
@@ -733,8 +775,9 @@ def plot_device_timeline(timeline: Sequence[Span], ax: Any = None, *, total_s: f
                          title: str | None = None, unit: str = "ms"):
     """Draw a simulated device's timeline: one lane per engine (host, copy, compute).
 
-    Host work (pinning) is orange, host waits grey, copies purple, kernels green; each
-    bar carries the last word of its op (``b3``, ``t0``) when it is wide enough.
+    Host work (pinning, staging a pageable copy) is orange, host waits grey, copies purple,
+    kernels green; each bar carries the last word of its op (``b3``, ``t0``) when it is
+    wide enough.
 
     Args:
         timeline: the spans, e.g. ``simulate_training(...).timeline``.
@@ -778,7 +821,7 @@ def plot_device_timeline(timeline: Sequence[Span], ax: Any = None, *, total_s: f
     ax.set_ylim(-0.6, len(lanes) - 0.2)
     ax.set_xlim(0, end * scale * 1.02 or 1.0)
     ax.set_xlabel(f"time ({unit})")
-    ax.legend(handles=[Patch(color=ENGINE_COLORS["host"], label="host work (pin)"),
+    ax.legend(handles=[Patch(color=ENGINE_COLORS["host"], label="host work (pin, stage)"),
                        Patch(color=ENGINE_COLORS["wait"], label="host waits"),
                        Patch(color=ENGINE_COLORS["copy"], label="copy to device"),
                        Patch(color=ENGINE_COLORS["compute"], label="compute")],
@@ -875,7 +918,9 @@ def plot_pin_slowdown(costs: CopyCosts | None = None, sizes_bytes: Sequence[floa
     """How many times slower ``t.pin_memory().to(device, non_blocking=True)`` is than
     ``t.to(device)``, against the tensor's size, one line per number of tensors.
 
-    Lines at 1 (no difference) and 2 (the tutorial's "up to twice as slow").
+    Lines at 1 (no difference), at 2 (the tutorial's wording, "up to twice as slow") and
+    at the model's own limit for one large tensor, ``(p + c_pinned) / c_pageable``
+    (:func:`feedgpu.copies.pin_then_copy_limit`), which may lie above 2.
 
     Returns:
         The Axes.
@@ -890,10 +935,356 @@ def plot_pin_slowdown(costs: CopyCosts | None = None, sizes_bytes: Sequence[floa
     for n in n_tensors:
         ax.plot(sizes, [pin_then_copy_slowdown(b, costs, n) for b in sizes], label=f"{n} tensor(s)")
     ax.axhline(1.0, color="grey", linewidth=1)
-    ax.axhline(2.0, color="tab:red", linestyle="--", linewidth=1, label="twice as slow")
+    ax.axhline(2.0, color="tab:red", linestyle="--", linewidth=1, label='the tutorial: "up to twice as slow"')
+    limit = pin_then_copy_limit(costs)
+    ax.axhline(limit, color="black", linestyle=":", linewidth=1,
+               label="the model, one large tensor: (p + c_pinned) / c_pageable")
+    ax.set_ylim(top=max(2.0, limit) * 1.4)  # room for the legend above the lines
     ax.set_xscale("log")
     ax.set_xlabel("bytes per tensor")
     ax.set_ylabel("pin_memory().to(nb) / to()")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
     ax.grid(alpha=0.3, which="both")
     return ax
+
+
+# --------------------------------------------------------------------------- what each rank loaded
+
+
+#: Colours of the ranks in the pictures of what each rank loaded (rank modulo their number).
+RANK_COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:purple"]
+
+
+def plot_seen(seen: Any, ax: Any = None, *, title: str | None = None) -> Any:
+    """One row per (epoch, rank), one box per sample in the order the rank's loader gave it.
+
+    Args:
+        seen: :func:`feedgpu.distributed.seen.read_seen`'s table (columns ``rank``,
+            ``epoch``, ``position``, ``sample_id``).
+        ax: a matplotlib Axes to draw on; a new figure is made when None.
+        title: an optional title.
+
+    Returns:
+        The Axes: each box shows its sample id in the rank's colour (:data:`RANK_COLORS`);
+        an id loaded more than once in its epoch (a padded duplicate) has a red frame.
+        Epochs read top to bottom.
+    """
+    import collections
+
+    import matplotlib.pyplot as plt
+
+    rows = sorted(seen.groupby(["epoch", "rank"]).groups)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 0.4 * len(rows) + 1.2), layout="constrained")
+    for y, (epoch, rank) in enumerate(rows):
+        in_epoch = seen[seen["epoch"] == epoch]
+        counts = collections.Counter(in_epoch["sample_id"])
+        part = in_epoch[in_epoch["rank"] == rank]
+        for pos, sample_id in zip(part["position"], part["sample_id"]):
+            ax.add_patch(plt.Rectangle((pos + 0.05, y + 0.1), 0.9, 0.8,
+                                       facecolor=RANK_COLORS[rank % len(RANK_COLORS)], alpha=0.35,
+                                       edgecolor="red" if counts[sample_id] > 1 else "none", linewidth=2))
+            ax.text(pos + 0.5, y + 0.5, str(sample_id), ha="center", va="center", fontsize=8)
+    ax.set_xlim(0, int(seen["position"].max()) + 1 if len(seen) else 1)
+    ax.set_ylim(len(rows), 0)
+    ax.set_yticks([y + 0.5 for y in range(len(rows))], [f"epoch {e}, rank {r}" for e, r in rows], fontsize=8)
+    ax.set_xlabel("position in the rank's epoch")
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax
+
+
+def plot_copies(seen: Any, n_items: int, ax: Any = None, *, title: str | None = None) -> Any:
+    """How many times each id ``0 .. n_items - 1`` was loaded, stacked by who loaded it.
+
+    Args:
+        seen: :func:`feedgpu.distributed.seen.read_seen`'s table (columns ``rank``,
+            ``worker``, ``sample_id``).
+        n_items: the ids on the x axis.
+        ax: a matplotlib Axes to draw on; a new figure is made when None.
+        title: an optional title.
+
+    Returns:
+        The Axes: one bar segment per (rank, DataLoader worker) and id, labelled
+        ``"rank R, worker W"`` (the rank's colour, darker for odd workers); a dotted line at
+        1, where every id loaded exactly once ends.
+    """
+    import collections
+
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3), layout="constrained")
+    bottom = [0] * n_items
+    for rank, worker in sorted(set(zip(seen["rank"], seen["worker"]))):
+        mine = collections.Counter(seen[(seen["rank"] == rank) & (seen["worker"] == worker)]["sample_id"])
+        heights = [mine.get(i, 0) for i in range(n_items)]
+        ax.bar(range(n_items), heights, bottom=bottom, label=f"rank {rank}, worker {worker}",
+               color=RANK_COLORS[rank % len(RANK_COLORS)], alpha=0.45 + 0.4 * (worker % 2), edgecolor="white")
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    ax.axhline(1, color="black", linestyle=":", linewidth=1)
+    ax.set_xticks(range(n_items))
+    ax.set_xlabel("sample id")
+    ax.set_ylabel("times loaded")
+    if title:
+        ax.set_title(title, fontsize=9)
+    return ax
+
+
+__all__ += ["RANK_COLORS", "plot_seen", "plot_copies"]
+
+
+# --------------------------------------------------------------------------- remote storage (notebook 07)
+
+
+def plot_store_simulation(threads: Sequence[int], simulated: Sequence[float], predicted: Sequence[float], *,
+                          latency_s: float, max_concurrent: int | None, ax: Any = None) -> Any:
+    """Little's law against the simulated store: objects/s for a growing thread pool.
+
+    Args:
+        threads: threads in each worker, one value per point (log x axis).
+        simulated: the simulated store's steady objects/s, one per value of ``threads``.
+        predicted: the model's objects/s, one per value of ``threads`` (drawn as a line).
+        latency_s, max_concurrent: the store's, for the title.
+        ax: a matplotlib Axes to draw on; a new figure is made when None.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 3.4), layout="constrained")
+    ax.plot(threads, simulated, "o", label="simulated store")
+    ax.plot(threads, predicted, "-", label="your model")
+    limit = "no limit" if max_concurrent is None else f"{max_concurrent} requests at once"
+    ax.set(xscale="log", xticks=list(threads), xticklabels=[str(t) for t in threads], ylabel="objects/s",
+           title=f"Little's law with a limit: {latency_s * 1e3:.0f} ms, {limit}")
+    ax.set_xlabel("threads in each of 2 workers")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small")
+    return ax
+
+
+def plot_littles_law(results: Mapping[str, Mapping[str, float]], request_s: float, *, store_cpu_s: float,
+                     cpu_s: float, cores: int, ax: Any = None) -> Any:
+    """Measured images/s against requests in flight, with Little's law and the two CPU limits.
+
+    Args:
+        results: name -> a row with ``"in flight"`` and ``"images/s"``; rows whose name
+            starts with "stream" are drawn as circles, "threads" as squares, others skipped.
+        request_s: seconds per request, one at a time (the line: in flight / request_s).
+        store_cpu_s: the store's CPU seconds per request: it answers from one Python
+            process, so at most ``1 / store_cpu_s`` requests a second (dotted line).
+        cpu_s: CPU seconds per request of client and store together: on ``cores`` shared
+            cores, at most ``cores / cpu_s`` requests a second (dash-dotted line).
+        ax: a matplotlib Axes to draw on; a new figure is made when None.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    in_flight = [1, 2, 4, 8, 16, 32]
+    ax.plot(in_flight, [n / request_s for n in in_flight], "-", color="grey",
+            label=f"Little's law: in flight / {request_s * 1e3:.0f} ms")
+    ax.axhline(1 / store_cpu_s, color="grey", linestyle=":",
+               label=f"the store's CPU: 1 / {store_cpu_s * 1e3:.1f} ms (one process)")
+    ax.axhline(cores / cpu_s, color="black", linestyle="-.",
+               label=f"the machine's CPU: {cores} cores / {cpu_s * 1e3:.1f} ms (client and store)")
+    for name, row in results.items():
+        if name.startswith(("stream", "threads")):
+            ax.plot(row["in flight"], row["images/s"], "s" if name.startswith("threads") else "o",
+                    markersize=8, label=name)
+    ax.set(xscale="log", yscale="log", xticks=in_flight, xticklabels=[str(n) for n in in_flight],
+           xlabel="requests in flight", ylabel="images/s", title="Little's law, measurement and the CPU")
+    ax.set_yticks([10, 20, 50, 100, 200, 500, 1000], labels=["10", "20", "50", "100", "200", "500", "1000"])
+    ax.yaxis.set_minor_formatter(plt.NullFormatter())
+    ax.legend(fontsize="x-small")
+    return ax
+
+
+def plot_first_batch_and_rate(table: Any, axes: Any = None) -> Any:
+    """Two panels per strategy: seconds to the first batch, and steady images/s (log scale).
+
+    Args:
+        table: a DataFrame indexed by strategy with columns ``"first batch (s)"`` and ``"images/s"``.
+        axes: two matplotlib Axes side by side; a new figure is made when None.
+
+    Returns:
+        The two Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained", sharey=True)
+    left, right = axes
+    names = list(table.index)[::-1]
+    left.barh(names, table.loc[names, "first batch (s)"], color=LOAD_COLOR)
+    left.set(xlabel="seconds", title="time to first batch (lower is better)")
+    right.barh(names, table.loc[names, "images/s"], color=STEP_COLOR)
+    right.set(xscale="log", xlabel="images/s (log scale)", title="steady throughput (higher is better)")
+    return axes
+
+
+def plot_slowest_request(request_s: Sequence[float], batches_s: Mapping[str, Sequence[float]],
+                         model_s: Mapping[str, float], *, latency_s: float, axes: Any = None) -> Any:
+    """Where a batch's time goes when latency has a tail: each request, and each batch.
+
+    Left: the time of every request (log scale), the store's median and the mean batch
+    times as lines. Right: the mean batch time per remedy, measured beside the model.
+
+    Args:
+        request_s: seconds of every single request of the batches without a remedy.
+        batches_s: remedy name -> seconds of each of its batches (measured).
+        model_s: remedy name -> the model's expected batch time (``expected_slowest_s``);
+            a remedy may be in the model only.
+        latency_s: the store's median time to first byte.
+        axes: two matplotlib Axes side by side; a new figure is made when None.
+
+    Returns:
+        The two Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
+    left, right = axes
+    times = [t * 1e3 for t in request_s]
+    low, high = max(min(times), 1.0), max(times)
+    bins = [low * (high / low) ** (i / 30) for i in range(31)]
+    left.hist(times, bins=bins, color="lightgrey", edgecolor="grey")
+    left.axvline(latency_s * 1e3, color="black", linestyle=":", label=f"store's median {latency_s * 1e3:.0f} ms")
+    for i, (name, batches) in enumerate(batches_s.items()):
+        left.axvline(statistics.fmean(batches) * 1e3, color=f"C{i}", label=f"mean batch, {name}")
+    left.set(xscale="log", xlabel="ms (log scale)", ylabel="requests", title="one request, and whole batches")
+    left.legend(fontsize="small")
+    names = list(dict.fromkeys([*batches_s, *model_s]))
+    x = range(len(names))
+    measured = [statistics.fmean(batches_s[n]) * 1e3 if n in batches_s else float("nan") for n in names]
+    right.bar([i - 0.2 for i in x], measured, width=0.4, color="tab:blue", label="measured")
+    right.bar([i + 0.2 for i in x], [model_s.get(n, float("nan")) * 1e3 for n in names], width=0.4,
+              color="lightgrey", edgecolor="grey", label="model (no CPU)")
+    right.set_xticks(list(x), names)
+    right.set(ylabel="ms per batch", title="a batch waits for its slowest request")
+    right.legend(fontsize="small")
+    return axes
+
+
+def plot_retry_outcomes(table: Any, limit_per_s: float | None = None, axes: Any = None) -> Any:
+    """Per way of retrying: requests per delivered object, and objects delivered per second.
+
+    Args:
+        table: a DataFrame indexed by the way of retrying, with columns
+            ``"requests per delivered"``, ``"goodput (images/s)"`` and ``"lost"``.
+        limit_per_s: the store's request-rate limit, drawn on the right (``None``: none).
+        axes: two matplotlib Axes side by side; a new figure is made when None.
+
+    Returns:
+        The two Axes; each bar of the right panel is labelled with the objects lost.
+    """
+    import matplotlib.pyplot as plt
+
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained", sharey=True)
+    left, right = axes
+    names = list(table.index)[::-1]
+    left.barh(names, table.loc[names, "requests per delivered"], color="tab:red")
+    left.axvline(1, color="black", linestyle=":", linewidth=1)
+    left.set(xlabel="requests per object delivered (1 is ideal)", title="what the store was asked")
+    bars = right.barh(names, table.loc[names, "goodput (images/s)"], color="tab:green")
+    right.bar_label(bars, labels=[f"{int(lost)} lost" for lost in table.loc[names, "lost"]], padding=3,
+                    fontsize="small")
+    if limit_per_s is not None:
+        right.axvline(limit_per_s, color="black", linestyle=":", label=f"the store's limit, {limit_per_s:g}/s")
+        right.legend(fontsize="small", loc="lower right")
+    right.set(xlabel="objects delivered per second", title="what came back")
+    right.margins(x=0.25)
+    return axes
+
+
+__all__ += ["plot_store_simulation", "plot_littles_law", "plot_first_batch_and_rate", "plot_slowest_request",
+            "plot_retry_outcomes"]
+
+
+# The stages of a diagnosis's breakdown, in order, with their labels and colours.
+_DIAGNOSIS_STAGES = (("fetch_s", "fetch items", LOAD_COLOR), ("collate_s", "collate", "tab:brown"),
+                     ("send_s", "hand-over, worker", "tab:purple"), ("receive_s", "hand-over, main", "tab:red"),
+                     ("pin_s", "pinning", "tab:olive"), ("step_s", "step", STEP_COLOR))
+
+
+def plot_diagnosis(diagnosis: Any, axes: Any = None) -> Any:
+    """Three panels of a diagnosis (:func:`feedgpu.diagnose`): where a batch's time goes,
+    how throughput scales with ``num_workers`` beside the model, and each worker's memory.
+
+    * left: the work of one batch, stage by stage (what one process spends on it), above
+      what the loop measured per batch (waiting, then stepping);
+    * middle: batches per second measured at each worker count run (points; the current
+      setting ringed, the one tried starred) and the model's prediction (line);
+    * right: each worker's USS growth over the timed batches, or why it was not measured.
+
+    Args:
+        diagnosis: a :class:`~feedgpu.diagnosis.Diagnosis`, or its ``to_dict()``.
+        axes: three matplotlib Axes side by side; a new figure is made when None.
+
+    Returns:
+        The three Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    data = diagnosis.to_dict() if hasattr(diagnosis, "to_dict") else dict(diagnosis)
+    if axes is None:
+        _, axes = plt.subplots(1, 3, figsize=(13, 3.4), layout="constrained",
+                               gridspec_kw={"width_ratios": [1.4, 1, 0.8]})
+    left, middle, right = axes
+    breakdown = data.get("breakdown") or {}
+    start = 0.0
+    for key, label, color in _DIAGNOSIS_STAGES:
+        value = breakdown.get(key)
+        if value:
+            left.barh(1, value * 1e3, left=start, color=color, label=label)
+            start += value * 1e3
+    wait, step = breakdown.get("wait_s"), breakdown.get("step_s")
+    if wait is not None and step is not None:
+        left.barh(0, wait * 1e3, color="lightgrey", edgecolor="grey", hatch="//", label="waiting for data")
+        left.barh(0, step * 1e3, left=wait * 1e3, color=STEP_COLOR)
+    left.set_yticks([0, 1], ["measured\nper batch", "work of\none batch"])
+    left.set_xlabel("ms")
+    left.set_title(f"{data.get('verdict', '')}: waiting {100 * (data.get('data_wait_share') or 0):.0f}%")
+    left.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    points = data.get("scaling") or []
+    current = (data.get("settings") or {}).get("num_workers")
+    tried = (data.get("try_first") or {})
+    tried_workers = tried.get("value") if tried.get("setting") == "num_workers" else None
+    if points:
+        workers = [p["num_workers"] for p in points]
+        model = [1 / p["predicted_s_per_batch"] if p.get("predicted_s_per_batch") else math.nan for p in points]
+        middle.plot(workers, model, "-", color="grey", label="model")
+        measured = [(p["num_workers"], 1 / p["s_per_batch"]) for p in points if p.get("s_per_batch")]
+        if measured:
+            middle.plot(*zip(*measured), "o", color="C1", label="measured")
+        for w, rate in measured:
+            if w == current:
+                middle.plot(w, rate, "o", markersize=14, markerfacecolor="none", color="black", label="current")
+            if w == tried_workers:
+                middle.plot(w, rate, "*", markersize=14, color="C2", label="tried")
+        middle.set_xticks(sorted(set(workers)))
+        middle.legend(fontsize="x-small")
+    else:
+        middle.text(0.5, 0.5, "no scaling runs\n(watch() measures the loop only)", ha="center", va="center",
+                    transform=middle.transAxes)
+    middle.set(xlabel="num_workers", ylabel="batches / s", title="throughput by workers")
+    middle.set_ylim(bottom=0)
+    middle.grid(alpha=0.3)
+    memory = data.get("memory") or {}
+    growth = memory.get("per_worker_mb") or []
+    if growth:
+        right.bar([f"worker {i}" for i in range(len(growth))], growth, color="tab:gray")
+        right.axhline(0, color="black", linewidth=0.8)
+        right.set_ylabel("USS growth (MB)")
+    else:
+        right.text(0.5, 0.5, "not measured:\n" + str(memory.get("reason") or "no workers"), ha="center",
+                   va="center", wrap=True, transform=right.transAxes, fontsize="small")
+        right.set_xticks([])
+        right.set_yticks([])
+    right.set_title("worker memory")
+    return axes
+
+
+__all__ += ["plot_diagnosis"]

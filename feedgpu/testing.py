@@ -93,25 +93,36 @@ REFERENCES: dict[str, tuple[str, ...]] = {
     # 05_pinned_memory
     "transfer_time_s": ("feedgpu.copies:LinearCost.time_s",),
     "fit_transfer": ("feedgpu.copies:fit_linear_cost",),
+    # (the simulated device replays strategies and loops step by step; notebook 00's model
+    # simulation with one worker is the overlapped loop too)
     "strategy_time_s": ("feedgpu.copies:strategy_time_s", "feedgpu.copies:predict_strategies",
-                        "feedgpu.simdevice:simulate_strategy"),
-    "loop_time_s": ("feedgpu.copies:training_loop_s",),
-    "time_copy": NothingToHide("the course's timers (feedgpu.measure.pinning) take no copy, synchronize "
-                               "and clock to call; the simulated device's readings are for one copy it makes"),
-    # 06_copy_on_write
-    "metric_to_sum": NothingToHide("a name, not a computation"),
-    "true_peak_mb": ("feedgpu.measure.memory:peak_total_mb",),
-    "deserialize": ("feedgpu.workloads.records:SerializedRecordDataset.__getitem__",),
-    "serialize": ("feedgpu.workflows.bench.memory:_as_buffer",),
-    # 07_remote_storage
+                        "feedgpu.simdevice:simulate_strategy", "feedgpu.simdevice:SimDevice"),
+    "loop_time_s": ("feedgpu.copies:training_loop_s", "feedgpu.simdevice:simulate_training",
+                    "feedgpu.simdevice:SimDevice", "feedgpu.model:simulate"),
+    "time_copy": NothingToHide("no code of the course takes the copy, the wait and the clock to call: the "
+                               "timers of feedgpu.measure.pinning and feedgpu.measure.timing read "
+                               "time.perf_counter themselves (after torch.cuda.synchronize), and "
+                               "feedgpu.simdevice.copy_timing_readings times a copy it makes"),
+    # 06_copy_on_write (the choice of the number to add up is part of true_peak_mb; the
+    # bench and the tests build their buffers with serialize_records, the one builder)
+    "true_peak_mb": ("feedgpu.measure.memory:peak_total_mb", "feedgpu.measure.memory:sample_totals_mb"),
+    "deserialize": ("feedgpu.workloads.records:SerializedRecordDataset",),  # its __getitem__ unpickles record i
+    "serialize": ("feedgpu.workloads.records:serialize_records",),
+    # 07_remote_storage (hiding fetch_all also stops the course code built on it: fetch_objects,
+    # ThreadedS3Dataset, download_objects. Not hidden: concurrent.futures, the standard
+    # library the exercise is about; is_retryable, which the task hands to the student; and
+    # botocore's retries, which retry a request inside a client, not a function of a key.)
     "predicted_items_per_s": ("feedgpu.remote_model:predicted_items_per_s",
                               "feedgpu.remote_model:simulate_store"),
     "fetch_all": ("feedgpu.workloads.remote:fetch_all",),
     "fetch_with_retries": ("feedgpu.workloads.remote:fetch_with_retries",),
-    # 08_distributed
+    # 08_distributed (DistributedSampler is Part B's oracle, read before it is hidden; torch's
+    # sharding_filter datapipe deals a stream by rank and worker as shard_stream does; no
+    # library counts distinct ids, so exact_accuracy hides the course's own only)
     "shard_indices": ("feedgpu.distributed.shards:padded_indices",
                       "torch.utils.data.distributed:DistributedSampler"),
-    "shard_stream": ("feedgpu.distributed.shards:shard_by_rank_and_worker",),
+    "shard_stream": ("feedgpu.distributed.shards:shard_by_rank_and_worker",
+                     "torch.utils.data.datapipes.iter.sharding:ShardingFilterIterDataPipe"),
     "exact_accuracy": ("feedgpu.distributed.shards:exact_accuracy",),
 }
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import collections
 import json
+import multiprocessing
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -216,6 +218,61 @@ def test_torchrun_command_for_one_and_several_machines():
         torchrun_command(nnodes=2)
     with pytest.raises(ValueError, match="node_rank"):
         torchrun_command(nnodes=2, node_rank=2, rdzv_endpoint="h:1")
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(sys.platform == "win32", reason="one start method only")
+def test_worker_start_method_is_a_new_process_default_whatever_this_one_set():
+    """The ranks are new processes: their workers start as a fresh Python's would, even after
+    this process chose another start method (as a notebook's spawn cell does)."""
+    script = (
+        "import multiprocessing as mp, subprocess, sys\n"
+        "fresh = subprocess.run([sys.executable, '-c', 'import multiprocessing as m; print(m.get_start_method())'],\n"
+        "                       capture_output=True, text=True, check=True).stdout.strip()\n"
+        "mp.set_start_method(next(m for m in mp.get_all_start_methods() if m != fresh), force=True)\n"
+        "from feedgpu.distributed.launch import worker_start_method\n"
+        "print(fresh, mp.get_start_method(), worker_start_method())\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    fresh, here, ranks = out
+    assert here != fresh, f"the test should have changed this process's start method: {out}"
+    assert ranks == fresh, f"a fresh process starts workers with {fresh}, worker_start_method says {ranks}"
+
+
+@pytest.mark.unit
+def test_launch_time_limit_allows_for_every_worker_that_imports_torch_again():
+    """Each re-importing worker adds the same allowance on top of the base; bad counts raise."""
+    base = launch.launch_time_limit_s(0)
+    one, five = launch.launch_time_limit_s(1) - base, launch.launch_time_limit_s(5) - base
+    assert base > 0 and one > 0, f"a base and an allowance per worker: {base}, {one}"
+    assert five == pytest.approx(5 * one), f"5 workers should add 5 allowances: {five} vs {one}"
+    assert launch.launch_time_limit_s(2, base_s=0) == pytest.approx(2 * one), "base_s replaces the base"
+    with pytest.raises(ValueError):
+        launch.launch_time_limit_s(-1)
+    with pytest.raises(ValueError):
+        launch.launch_time_limit_s(1, base_s=-5.0)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("method,workers", [("spawn", 2), (None, 0)])
+def test_the_epoch_script_starts_its_workers_as_asked(method, workers):
+    """--worker-start-method reaches the DataLoader (which has no context without workers)."""
+    if method is not None and method not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"{method} is not available here")
+    argv = ["--out", "unused", "--num-workers", str(workers), "--dataset", "iterable"]
+    args = epoch_script.parse_args(argv + (["--worker-start-method", method] if method else []))
+    loader, _ = epoch_script.make_loader(args, 0, 1)
+    context = loader.multiprocessing_context
+    got = context.get_start_method() if context is not None else None
+    assert got == method, f"the loader's start method: {got}, asked {method}"
+
+
+@pytest.mark.unit
+def test_report_names_wsl_when_torchrun_lacks_libuv():
+    """On native Windows the rendezvous store fails for want of libuv: the report says what to do."""
+    stderr = "RuntimeError: use_libuv was requested but PyTorch was built without libuv support, run with USE_LIBUV=0"
+    report = launch.LaunchResult(["torchrun"], 1, 2.0, False, stderr=stderr).report()
+    assert "WSL" in report and "libuv" in report, report
+    assert "WSL" not in launch.LaunchResult(["torchrun"], 1, 2.0, False, stderr="boom").report(), "only then"
 
 
 SUMMARY = """\

@@ -117,6 +117,23 @@ def test_runner_launches_each_phase_once_per_source(tmp_path, monkeypatch):
     assert launched[-1] == ["mine"], f"only the phase whose module changed runs again: {launched}"
 
 
+@pytest.mark.unit
+def test_time_limit_counts_the_workers_that_import_torch_again(tmp_path, monkeypatch):
+    """Under spawn or forkserver each worker of each rank and epoch adds to a launch's limit;
+    under fork none does; a phase's own --worker-start-method counts; timeout_s wins."""
+    monkeypatch.setattr(phases, "worker_start_method", lambda: "fork")
+    runner = PhaseRunner(tmp_path, nproc_per_node=2)
+    base = runner.time_limit_s({"a": ["--num-workers", 2, "--epochs", 3]})
+    assert base == launch.launch_time_limit_s(0), "under fork no worker imports torch again"
+    spawned = {"a": ["--num-workers", 2, "--epochs", 1, "--worker-start-method", "spawn"]}
+    assert runner.time_limit_s(spawned) == launch.launch_time_limit_s(2 * 2), "2 ranks x 2 workers"
+    monkeypatch.setattr(phases, "worker_start_method", lambda: "forkserver")
+    asked = {"a": ["--num-workers", 2, "--epochs", 3], "b": ["--epochs", 2], "c": ["--num-workers", 1]}
+    assert runner.time_limit_s(asked) == launch.launch_time_limit_s(2 * (2 * 3 + 0 + 1 * 2)), (
+        "workers start anew every epoch (the script's default is 2), in each rank")
+    assert PhaseRunner(tmp_path, timeout_s=7).time_limit_s(asked) == 7, "an explicit limit wins"
+
+
 # ---------------------------------------------------------------- torchrun, for real
 
 

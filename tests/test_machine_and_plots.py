@@ -248,3 +248,42 @@ def test_bar_with_error_means_and_errors():
         plots.bar_with_error(["a"], [[]])
     with pytest.raises(ValueError):
         plots.bar_with_error(["a", "b"], [[1.0]])
+
+
+# --------------------------------------------------------------------------- what each rank loaded
+
+
+def _seen(rows):
+    """A table like feedgpu.distributed.seen.read_seen's: (rank, epoch, position, sample_id, worker)."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=["rank", "epoch", "position", "sample_id", "worker"])
+
+
+def test_plot_seen_draws_one_box_per_sample_and_frames_duplicates():
+    # 5 ids on 2 ranks, padded with id 2 in epoch 0; epoch 1 has no duplicate
+    seen = _seen([(0, 0, 0, 2, 0), (0, 0, 1, 4, 0), (0, 0, 2, 1, 0), (1, 0, 0, 0, 0), (1, 0, 1, 3, 0),
+                  (1, 0, 2, 2, 0), (0, 1, 0, 1, 0), (1, 1, 0, 0, 0)])
+    ax = plots.plot_seen(seen, title="t")
+    boxes = [p for p in ax.patches if isinstance(p, matplotlib.patches.Rectangle)]
+    assert len(boxes) == len(seen), f"{len(boxes)} boxes for {len(seen)} samples"
+    framed = sorted(int(t.get_text()) for p, t in zip(boxes, ax.texts) if p.get_edgecolor()[:3] == (1.0, 0.0, 0.0))
+    assert framed == [2, 2], f"only id 2, loaded twice in epoch 0, is framed: {framed}"
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["epoch 0, rank 0", "epoch 0, rank 1", "epoch 1, rank 0", "epoch 1, rank 1"], labels
+    assert ax.get_xlim() == (0, 3), f"3 positions at most: {ax.get_xlim()}"
+    assert ax.get_title() == "t"
+
+
+def test_plot_copies_stacks_each_loader_up_to_the_times_each_id_was_loaded():
+    # ids 0..3: by rank only with 2 workers, each rank's ids come once per worker
+    seen = _seen([(0, 0, 0, 0, 0), (0, 0, 1, 2, 0), (0, 0, 2, 0, 1), (0, 0, 3, 2, 1),
+                  (1, 0, 0, 1, 0), (1, 0, 1, 3, 0), (1, 0, 2, 1, 1)])
+    ax = plots.plot_copies(seen, 5)
+    totals = [0.0] * 5
+    for bar in ax.patches:
+        totals[round(bar.get_x() + bar.get_width() / 2)] += bar.get_height()
+    assert totals == [2, 2, 2, 1, 0], f"times each id was loaded: {totals}"
+    legend = ax.get_legend_handles_labels()[1]
+    assert legend == ["rank 0, worker 0", "rank 0, worker 1", "rank 1, worker 0", "rank 1, worker 1"], legend
+    assert len(ax.patches) == 4 * 5, "one segment per loader and id"

@@ -6,16 +6,26 @@
 * :mod:`~feedgpu.distributed.launch`: run torchrun from Python with a time limit and
   nothing left behind; the command line for one machine or several;
 * :mod:`~feedgpu.distributed.seen`: each rank's record, and :func:`read_seen` to read them
-  back as one table.
+  back as one table;
 * :mod:`~feedgpu.distributed.phases`: several runs of the epoch script in one launch (torch
-  imported once per rank), with functions of your own imported by name in every rank;
-* :mod:`~feedgpu.distributed.plots`: who saw what, per rank and epoch.
+  imported once per rank), with functions of your own imported by name in every rank.
+
+The pictures of who saw what are with every other plot of the course, in
+:mod:`feedgpu.plots` (:func:`~feedgpu.plots.plot_seen`, :func:`~feedgpu.plots.plot_copies`).
 
 Everything a DataLoader worker imports lives in an importable module (workers started with
 *spawn* import their dataset by name).
 """
 
-from .launch import LaunchError, LaunchResult, free_port, run_torchrun, torchrun_command
+from .launch import (
+    LaunchError,
+    LaunchResult,
+    free_port,
+    launch_time_limit_s,
+    run_torchrun,
+    torchrun_command,
+    worker_start_method,
+)
 from .seen import read_ranks, read_seen
 from .shards import (
     IdDataset,
@@ -29,6 +39,8 @@ __all__ = [
     "LaunchError",
     "LaunchResult",
     "free_port",
+    "launch_time_limit_s",
+    "worker_start_method",
     "run_torchrun",
     "torchrun_command",
     "read_ranks",

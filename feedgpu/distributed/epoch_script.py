@@ -22,6 +22,8 @@ The options show one behaviour each:
   repairs that, ``none`` leaves the hang (ended by ``--timeout-s``);
 * ``--evaluate``: accuracy of a fixed "model" over the padded shards, counted naively and
   exactly;
+* ``--worker-start-method``: how the DataLoader workers start (by default as in any new
+  process on this machine, whatever the process that started torchrun chose);
 * ``--crash-rank R``: rank ``R`` raises, to see how a failure is reported;
 * ``--shard-fn`` / ``--indices-fn``: use a function of your own, ``"module:function"``.
 """
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import multiprocessing
 import os
 import time
 from datetime import timedelta
@@ -59,6 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=2)
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader workers per rank")
+    p.add_argument("--worker-start-method", choices=multiprocessing.get_all_start_methods(),
+                   help="how the DataLoader workers start (default: as any new process here, "
+                        "fork on Linux before Python 3.14, spawn on macOS and Windows)")
     p.add_argument("--item-s", type=float, default=0.0, help="seconds each item waits")
     p.add_argument("--dataset", choices=["map", "iterable"], default="map")
     p.add_argument("--shuffle", action=argparse.BooleanOptionalAction, default=True)
@@ -110,11 +116,18 @@ def make_loader(args: argparse.Namespace, rank: int, world_size: int
         shard_fn = (shards.load_function(args.shard_fn) if args.shard_fn
                     else shards.SHARDINGS[args.shard])
         data = shards.IdStream(args.n_items, rank, world_size, shard_fn, item_s=args.item_s)
-        return DataLoader(data, batch_size=args.batch_size, num_workers=args.num_workers), None
+        return DataLoader(data, batch_size=args.batch_size, num_workers=args.num_workers,
+                          multiprocessing_context=_context(args)), None
     sampler = make_sampler(args, rank, world_size)
     loader = DataLoader(shards.IdDataset(args.n_items, item_s=args.item_s), sampler=sampler,
-                        batch_size=args.batch_size, num_workers=args.num_workers)
+                        batch_size=args.batch_size, num_workers=args.num_workers,
+                        multiprocessing_context=_context(args))
     return loader, sampler
+
+
+def _context(args: argparse.Namespace) -> str | None:
+    """The DataLoader's ``multiprocessing_context``: None (its default) without workers."""
+    return args.worker_start_method if args.num_workers else None
 
 
 def make_model() -> DistributedDataParallel:

@@ -12,12 +12,25 @@ a core busy and a port open. torchrun starts every rank in a session of its own,
 killing torchrun's process group is not enough. Every process of a launch carries a
 marker in its environment (inherited by ranks and their workers alike), and at the end
 every process that still carries it is stopped: ``SIGTERM``, a grace period, ``SIGKILL``.
+
+How long a launch may take depends on how the ranks' DataLoader workers start
+(:func:`worker_start_method`, :func:`launch_time_limit_s`): a rank is a new Python
+process, so a start method set in this one does not reach it, and under *spawn* (macOS,
+Windows) or *forkserver* (Linux from Python 3.14) each of its workers imports PyTorch again.
+
+On native Windows torchrun does not start in the PyTorch we pin: its rendezvous creates a
+``TCPStore`` without saying ``use_libuv`` (``torch/distributed/elastic/rendezvous/
+c10d_rendezvous_backend.py`` and ``static_tcp_rendezvous.py``), whose default is libuv,
+and the Windows builds have no libuv (``torch/distributed/rendezvous.py`` says so where it
+turns libuv off for ``env://`` on Windows). ``USE_LIBUV=0`` does not reach those two
+stores. Run the course in WSL there.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 import os
 import re
 import shutil
@@ -41,12 +54,58 @@ __all__ = [
     "run_torchrun",
     "marked_processes",
     "free_port",
+    "REIMPORTING",
+    "REIMPORT_S",
+    "worker_start_method",
+    "launch_time_limit_s",
 ]
 
 logger = logging.getLogger(__name__)
 
 MARKER = "FEEDGPU_LAUNCH_ID"  # environment variable every process of one launch inherits
 SCRIPT = "feedgpu.distributed.epoch_script"
+
+
+#: Start methods under which a DataLoader worker is a new Python process that imports
+#: PyTorch again, instead of a copy of its rank (*fork*).
+REIMPORTING = frozenset({"spawn", "forkserver"})
+
+#: Seconds a launch's time limit allows for each worker that imports PyTorch again:
+#: importing it took about 2 s on a 2-core machine without other load; five times that
+#: covers a busy laptop.
+REIMPORT_S = 10.0
+
+#: Seconds a launch's time limit allows for torchrun, its ranks and their work: a launch of
+#: the course's plans took 7 to 25 s on a 2-core machine under load.
+LAUNCH_BASE_S = 90.0
+
+
+def worker_start_method() -> str:
+    """How DataLoader workers start in torchrun's ranks on this machine: fork, spawn or forkserver.
+
+    The ranks are new Python processes, so a start method set in this one
+    (``multiprocessing.set_start_method``) does not reach them: they use the platform's
+    default, the first of ``multiprocessing.get_all_start_methods()``: *fork* on Linux up
+    to Python 3.13, *forkserver* on Linux from 3.14, *spawn* on macOS and Windows. (The
+    epoch script's ``--worker-start-method`` chooses another.)
+    """
+    return multiprocessing.get_all_start_methods()[0]
+
+
+def launch_time_limit_s(reimporting_workers: int = 0, *, base_s: float = LAUNCH_BASE_S) -> float:
+    """A time limit for one launch whose ranks start ``reimporting_workers`` DataLoader
+    workers (counted over every rank and every run) that import PyTorch again.
+
+    A limit, not a prediction: a launch that passes it has hung. ``base_s`` covers
+    torchrun, its ranks and their work; each such worker adds :data:`REIMPORT_S`.
+
+    Raises:
+        ValueError: a negative number of workers or a negative ``base_s``.
+    """
+    if reimporting_workers < 0 or base_s < 0:
+        raise ValueError(f"need reimporting_workers >= 0 and base_s >= 0, "
+                         f"got {reimporting_workers} and {base_s}")
+    return base_s + REIMPORT_S * reimporting_workers
 
 
 class LaunchError(RuntimeError):
@@ -103,6 +162,9 @@ class LaunchResult:
         head = (f"torchrun stopped after {self.elapsed_s:.1f} s (time limit reached)"
                 if self.timed_out else
                 f"torchrun exited with status {self.returncode} after {self.elapsed_s:.1f} s")
+        if "without libuv support" in self.stderr:  # native Windows (see the module's docstring)
+            head += ("; its rendezvous store needs libuv, which PyTorch lacks on native Windows: "
+                     "run the course in WSL")
         rank = self.failed_rank
         if rank is None:
             tail = "\n".join(self.stderr.splitlines()[-lines:])
@@ -143,8 +205,12 @@ def torchrun_command(script_or_module: str | os.PathLike = SCRIPT, args: Sequenc
     * One machine (``nnodes=1``, no ``rdzv_endpoint``): ``--standalone``, which starts its
       own rendezvous on a free port of this machine, so two runs side by side never collide.
     * Several machines, elastic (``rdzv_endpoint="host:port"``, no ``node_rank``): the same
-      command on every machine; the c10d rendezvous on ``host`` (one of the machines)
-      numbers the machines as they arrive. ``rdzv_id`` names the job: the same on all.
+      command on every machine; they meet at the c10d rendezvous on ``host`` (one of the
+      machines, which holds its store). Once enough have joined, the rendezvous numbers
+      them by sorting their host names (then the agents' process ids), not by arrival
+      (``torch/distributed/elastic/rendezvous/dynamic_rendezvous.py``,
+      ``_mark_rendezvous_complete``), and machine ``k`` runs ranks ``k * nproc_per_node``
+      onwards. ``rdzv_id`` names the job: the same on all.
     * Several machines, static (``node_rank`` given): machine ``node_rank`` of ``nnodes``;
       ranks ``node_rank * nproc_per_node ...`` run there. ``rdzv_endpoint`` is the address
       of machine 0, which must run with ``node_rank=0``.

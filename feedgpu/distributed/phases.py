@@ -39,7 +39,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from .launch import LaunchResult, free_port, run_torchrun
+from .launch import (
+    REIMPORTING,
+    LaunchResult,
+    free_port,
+    launch_time_limit_s,
+    run_torchrun,
+    worker_start_method,
+)
 from .seen import read_ranks, read_seen, write_json_atomically
 
 __all__ = ["PhaseRunner", "PhasesRun", "write_plan", "function_module", "phase_status", "main"]
@@ -100,6 +107,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"== phase {name} finished", flush=True)
         except Exception:  # recorded; the next phase still runs
             status["error"] = traceback.format_exc()
+            # The traceback's frames hold the failed phase's DataLoader, in a reference cycle:
+            # cleared, its workers are stopped now, not whenever the garbage collector runs
+            # (in a later phase, which then waits for them)
+            traceback.clear_frames(sys.exc_info()[2])
             print(f"== phase {name} failed", flush=True)
             print(f"phase {name} failed on rank {rank}:\n{status['error']}", file=sys.stderr, flush=True)
             if dist.is_initialized():
@@ -205,17 +216,36 @@ class PhaseRunner:
         workdir: the work folder: modules of functions, plans, and one folder per phase
             under ``runs/``. The ranks run in it, so they import its modules by name.
         nproc_per_node: ranks (processes) on this machine.
-        timeout_s: the time limit of one launch; past it every process is stopped.
+        timeout_s: the time limit of one launch; past it every process is stopped. None:
+            :meth:`time_limit_s` of the phases it runs, longer where the ranks' DataLoader
+            workers import PyTorch again.
     """
 
     def __init__(self, workdir: str | os.PathLike, *, nproc_per_node: int = 2,
-                 timeout_s: float = 120.0):
+                 timeout_s: float | None = None):
         self.workdir = Path(workdir).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.nproc_per_node = nproc_per_node
         self.timeout_s = timeout_s
         self.launches: list[LaunchResult] = []
         self._done: dict[str, Path] = {}  # phase key -> its folder
+
+    def time_limit_s(self, phases: Mapping[str, Sequence[str]]) -> float:
+        """The time limit of a launch that runs ``phases``: ``timeout_s`` if given, else
+        :func:`~feedgpu.distributed.launch.launch_time_limit_s` counting every DataLoader
+        worker that imports PyTorch again: ``--num-workers`` in each rank and each epoch (a
+        loader starts its workers anew every epoch), under spawn or forkserver
+        (``--worker-start-method``, else :func:`worker_start_method`)."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        from . import epoch_script  # imports torch: only when a limit is computed
+
+        reimporting = 0
+        for args in phases.values():
+            options = epoch_script.parse_args(["--out", "-", *(str(a) for a in args)])
+            if (options.worker_start_method or worker_start_method()) in REIMPORTING:
+                reimporting += self.nproc_per_node * options.num_workers * options.epochs
+        return launch_time_limit_s(reimporting)
 
     def _key(self, name: str, args: Sequence[str]) -> str:
         return hashlib.sha256(json.dumps([name, list(args), self.nproc_per_node]).encode()).hexdigest()[:12]
@@ -248,12 +278,13 @@ class PhaseRunner:
             for _, _, _, folder in todo:  # a phase that ran before and failed: start afresh
                 for old in folder.glob("*.json"):
                     old.unlink()
+            timeout_s = self.time_limit_s({name: phases[name] for name, _, _, _ in todo})
             plan = write_plan(self.workdir / f"plan-{len(self.launches)}.json",
                               [(name, args) for name, args, _, _ in todo],
-                              lobby_timeout_s=self.timeout_s)
+                              lobby_timeout_s=timeout_s)
             logger.info("launching %d phases: %s", len(todo), [t[0] for t in todo])
             result.launch = run_torchrun(MODULE, [str(plan)], nproc_per_node=self.nproc_per_node,
-                                         timeout_s=self.timeout_s, workdir=self.workdir)
+                                         timeout_s=timeout_s, workdir=self.workdir)
             self.launches.append(result.launch)
             result.launched = [t[0] for t in todo]
             for _, _, key, folder in todo:  # the same source gives the same result: once is enough
