@@ -168,6 +168,10 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3g} ms"
 
 
+def _workers_deliver(n: int) -> str:
+    return f"{n} worker delivers" if n == 1 else f"{n} workers deliver"
+
+
 def explain_bottleneck(
     num_workers: int, load_s: float, step_s: float, transfer_s: float = 0.0
 ) -> str:
@@ -194,13 +198,13 @@ def explain_bottleneck(
     workers, main = _stage_times(num_workers, load_s, step_s, transfer_s)
     if stage == "balanced":
         return (
-            f"Balanced: {num_workers} workers deliver a batch every {_ms(workers)} and the "
+            f"Balanced: {_workers_deliver(num_workers)} a batch every {_ms(workers)} and the "
             f"main process needs {_ms(main)}; neither waits long for the other."
         )
     if stage == "loading":
         needed = math.ceil((load_s + transfer_s) / main - 1e-9)
         return (
-            f"Loading is the bottleneck: {num_workers} workers deliver a batch every "
+            f"Loading is the bottleneck: {_workers_deliver(num_workers)} a batch every "
             f"{_ms(workers)}, but the main process needs only {_ms(main)}. About "
             f"{needed} workers (cores permitting) or cheaper loading would help; a larger "
             "prefetch_factor would not, because the queue empties at a steady rate."

@@ -1247,7 +1247,8 @@ def plot_diagnosis(diagnosis: Any, axes: Any = None) -> Any:
     left.set_yticks([0, 1], ["measured\nper batch", "work of\none batch"])
     left.set_xlabel("ms")
     left.set_title(f"{data.get('verdict', '')}: waiting {100 * (data.get('data_wait_share') or 0):.0f}%")
-    left.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    if left.get_legend_handles_labels()[0]:
+        left.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=4)
     points = data.get("scaling") or []
     current = (data.get("settings") or {}).get("num_workers")
     tried = (data.get("try_first") or {})
@@ -1277,6 +1278,11 @@ def plot_diagnosis(diagnosis: Any, axes: Any = None) -> Any:
     if growth:
         right.bar([f"worker {i}" for i in range(len(growth))], growth, color="tab:gray")
         right.axhline(0, color="black", linewidth=0.8)
+        named = (data.get("thresholds") or {}).get("growth_mb")
+        if named:  # the least growth the diagnosis names a cause (more where batches are large)
+            right.axhline(named, color="tab:red", linestyle=":", label=f"named from {named:g} MB")
+            right.set_ylim(top=max(1.2 * named, 1.1 * max(growth)))
+            right.legend(fontsize="x-small")
         right.set_ylabel("USS growth (MB)")
     else:
         right.text(0.5, 0.5, "not measured:\n" + str(memory.get("reason") or "no workers"), ha="center",

@@ -340,3 +340,8 @@ def test_receive_defaults_to_the_transfer_and_is_checked():
         "no workers: nothing is handed over"
     with pytest.raises(ValueError):
         steady_state_time_per_batch(2, 0.1, 0.0, 0.01, receive_s=-0.001)
+
+
+def test_one_worker_is_spoken_of_in_the_singular():
+    assert "1 worker delivers a batch" in explain_bottleneck(1, 0.4, 0.05)
+    assert "2 workers deliver a batch" in explain_bottleneck(2, 0.4, 0.05)

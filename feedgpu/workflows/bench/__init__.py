@@ -340,7 +340,8 @@ def bench_grading_class(students: int = 15) -> list[Figure]:
 
 
 def _beyond_one_process() -> dict[str, Callable[[], list[Figure]]]:
-    """The recommended faces pipeline, and the benches of notebooks 05 to 08, each in its own module."""
+    """The recommended faces pipeline, the benches of notebooks 05 to 08 and the diagnosis, each in its own module."""
+    from .diagnosis import bench_diagnosis
     from .distributed import bench_distributed
     from .gpu import bench_gpu
     from .memory import bench_memory
@@ -348,7 +349,7 @@ def _beyond_one_process() -> dict[str, Callable[[], list[Figure]]]:
     from .remote import bench_remote
 
     return {"pipeline": bench_pipeline, "memory": bench_memory, "gpu": bench_gpu,
-            "remote": bench_remote, "distributed": bench_distributed}
+            "remote": bench_remote, "distributed": bench_distributed, "diagnosis": bench_diagnosis}
 
 
 BENCHES: dict[str, Callable[[], list[Figure]]] = {

@@ -1,0 +1,60 @@
+"""The take-home diagnosis: why does a training loop wait for its DataLoader, and what to change.
+
+::
+
+    from feedgpu import diagnose
+
+    report = diagnose(loader, step_s=0.030)       # a simulated 30 ms accelerator step
+    report = diagnose(loader, train_step)         # or your own step, a function of a batch
+    print(report)                                 # text; in Jupyter it renders as a table and a plot
+    report.to_dict()["causes"]                    # e.g. ["too-few-workers"]
+
+    for batch in diagnose.watch(loader):          # inside a loop of your own
+        train_step(batch)
+
+From a shell: ``feedgpu-diagnose MODULE:FACTORY --step-ms 30`` (:mod:`.command`).
+
+**What it measures** (all within ``max_seconds``, on a seeded sample of batches, every
+worker stopped afterwards; see :mod:`.procedure` for the phases):
+
+* the **data-wait share** (the loop's wall time spent inside ``next()``: torchtitan's
+  ``data_loading(%)``) and the accelerator's **busy share**; the **verdict**
+  ``input-bound`` from 20% of waiting, else ``compute-bound`` (thresholds in
+  :mod:`.causes`);
+* **where a batch's time goes**: fetching items (``dataset[i]`` timed in this process,
+  with its CPU share), the collate, the hand-over from a worker to the main process (both
+  sides), pinning, and the step;
+* **how throughput scales** with ``num_workers`` around the current setting, with the
+  course's model (:func:`feedgpu.model.steady_state_time_per_batch`) beside each point;
+* **worker memory**: each worker's USS growth while it reads (Linux; "not measured"
+  where USS cannot be read);
+* **the setting to try first**, its predicted speed-up, and (``try_fix=True``) the
+  speed-up measured with that one setting changed.
+
+**The causes** (stable ids, :data:`CAUSES`), named from measurements, never from settings
+alone (0 workers over items that cost nothing is healthy):
+
+* ``main-process-loading``: 0 workers while loading costs time;
+* ``too-few-workers``: the workers are the bottleneck, and the waiting or the idle cores
+  leave room for more;
+* ``cpu-saturated``: the workers compute and no core is left: make items cheaper;
+* ``hand-over``: the main process spends the time receiving batches (pickled numpy,
+  float64, huge batches);
+* ``worker-start-up``: workers started again every epoch, at a large share of it;
+* ``memory-growth``: the workers' USS grows as they read (copy-on-write of Python objects).
+
+``feedgpu.diagnose.watch`` is :func:`watch`, set as an attribute of the function.
+"""
+
+from __future__ import annotations
+
+from .causes import CAUSES, INPUT_BOUND_SHARE
+from .cloning import clone_loader
+from .command import main
+from .procedure import diagnose
+from .report import Diagnosis
+from .watching import Watch, watch
+
+diagnose.watch = watch  # type: ignore[attr-defined]  # feedgpu.diagnose.watch(loader)
+
+__all__ = ["diagnose", "watch", "Watch", "Diagnosis", "CAUSES", "INPUT_BOUND_SHARE", "clone_loader", "main"]

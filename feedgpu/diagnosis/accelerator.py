@@ -1,0 +1,112 @@
+"""What the training step runs on: a simulated accelerator, or the user's step with its timing.
+
+* :class:`SimulatedAccelerator`: a real-time stand-in for a GPU, for a student without
+  one who asks "would a 30 ms step starve?". Each step holds the calling thread for
+  ``step_s`` without using a CPU (a sleep, as a synchronising GPU step such as
+  ``loss.item()`` holds the host), and adds the time to ``busy_s``.
+* :class:`TimedStep`: the user's step, timed the same way; its CPU time is counted
+  (``time.thread_time``) so the diagnosis knows how much of a core the step itself takes.
+  On a CUDA GPU it also records a pair of CUDA events around every step, from which
+  :meth:`TimedStep.gpu_busy_s` sums the device time between them.
+
+(The simulated accelerator belongs with :mod:`feedgpu.simdevice`; it lives here until it
+moves there.)
+
+The CUDA events follow the pinned ``torch/cuda/streams.py``: ``Event(enable_timing=True)``
+(line 184), ``Event.record()`` on the current stream (line 199), and
+``Event.elapsed_time(end)`` in milliseconds "after the event was recorded and before the
+end_event was recorded" (line 234), valid once both have completed (after
+``torch.cuda.synchronize()``). The span between two events also holds the moments the
+device waited for the host inside the step, so the sum is an upper bound of the device's
+busy time. This path cannot run on the course's machines (no GPU): it is written from
+the source, not measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..checks import check_seconds
+
+__all__ = ["SimulatedAccelerator", "TimedStep"]
+
+
+class SimulatedAccelerator:
+    """A device that is busy ``step_s`` per step and makes the host wait for it (a sleep).
+
+    Call it on a batch (it ignores the batch). Attributes ``busy_s`` (seconds busy so far,
+    as measured around each sleep) and ``steps`` (steps taken).
+
+    Raises:
+        ValueError, TypeError: ``step_s`` negative, not finite or not a number.
+    """
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s = check_seconds("step_s", step_s)
+        self.busy_s = 0.0
+        self.steps = 0
+
+    def __call__(self, batch: Any) -> None:
+        start = time.perf_counter()
+        time.sleep(self.step_s)
+        self.busy_s += time.perf_counter() - start
+        self.steps += 1
+
+    def __repr__(self) -> str:
+        return f"SimulatedAccelerator(step_s={self.step_s})"
+
+
+class TimedStep:
+    """The user's ``step(batch)``, with its CPU time counted and, on CUDA, its device time.
+
+    Attributes:
+        cpu_s: CPU seconds of the calling thread inside the step, all calls.
+        wall_s: wall seconds inside the step, all calls.
+        calls: how many times it was called.
+    """
+
+    def __init__(self, step: Callable[[Any], Any], cuda_events: bool | None = None) -> None:
+        self.step = step
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
+        self.calls = 0
+        if cuda_events is None:
+            import torch
+
+            cuda_events = torch.cuda.is_available()
+        self.cuda_events = bool(cuda_events)
+        self.events: list[tuple[Any, Any]] = []
+
+    def __call__(self, batch: Any) -> Any:
+        if self.cuda_events:
+            import torch
+
+            start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start_event.record()
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return self.step(batch)
+        finally:
+            self.cpu_s += time.thread_time() - cpu
+            self.wall_s += time.perf_counter() - wall
+            self.calls += 1
+            if self.cuda_events:
+                end_event.record()
+                self.events.append((start_event, end_event))
+
+    @property
+    def cpu_share(self) -> float:
+        """CPU time over wall time inside the step: the share of one core it keeps busy."""
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def gpu_busy_s(self, first: int = 0) -> float | None:
+        """Device seconds between the events of steps ``first``, ``first + 1``, ...; None
+        without CUDA events. Waits for the device first."""
+        if not self.cuda_events:
+            return None
+        import torch
+
+        torch.cuda.synchronize()
+        return sum(start.elapsed_time(end) for start, end in self.events[first:]) / 1e3

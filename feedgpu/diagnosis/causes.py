@@ -1,0 +1,240 @@
+"""The vocabulary of causes, the thresholds, and how causes are named from measurements.
+
+Causes are named from what a run measured, never from the loader's settings alone (0
+workers over items that cost nothing is healthy). The ids are stable (:data:`CAUSES`);
+the thresholds are module constants, stated here and in the README:
+
+* ``input-bound`` when the data-wait share of the step's wall time is at least
+  :data:`INPUT_BOUND_SHARE` (20%), else ``compute-bound``. TensorFlow's input-pipeline
+  analyser calls a program highly input-bound from 20% of step time waiting for input,
+  moderately from 5% (:data:`MODERATE_SHARE`; ``kHighlyInfeedBoundThresholdInPercent`` and
+  ``kModeratelyInfeedBoundThresholdInPercent`` in its
+  ``op_stats_to_input_pipeline_analysis.cc``); the text says "moderately" between the two.
+* When the loop is input-bound with workers, the wait is the main process receiving
+  (``hand-over``: its thread's CPU time inside ``next()`` is at least
+  :data:`HAND_OVER_SHARE` of the wait), or the workers: ``cpu-saturated`` when they
+  compute (each worker's CPU time is at least :data:`COMPUTING_SHARE` of the wall time)
+  and no core is left (the machine idle less than :data:`IDLE_SHARE` of its cores'
+  time, or this loop's processes use at least :data:`OWN_CPU_SHARE` of them), else
+  ``too-few-workers`` (items that wait, or cores still idle, leave room for more).
+* ``worker-start-up``: without persistent workers, starting them (the first batch's
+  time beyond one batch's cost) is at least :data:`START_UP_SHARE` of an epoch.
+* ``memory-growth``: each worker's USS grew at least :data:`GROWTH_MB` over the timed
+  batches, at least :data:`GROWTH_KB_PER_ITEM` per item it read (two 4 KiB pages: every
+  item copies memory; a worker that copies nothing adds ~0.1-0.3 MB in all on the course's
+  machine), and at least twice what the batches a worker holds at once can explain
+  (``prefetch_factor + 1`` batches: a worker of 8 MB batches measured 28 to 40 MB of USS a
+  few hundred milliseconds apart, with nothing copied). So growth is named where items
+  read many Python objects each; a dataset that copies a page or two per item over a
+  sample of a few hundred items shows in ``memory`` (the growth per item and the
+  projection over an epoch) without being named.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .runs import MemoryGrowth
+
+__all__ = [
+    "CAUSES", "INPUT_BOUND_SHARE", "MODERATE_SHARE", "HAND_OVER_SHARE", "COMPUTING_SHARE", "IDLE_SHARE",
+    "OWN_CPU_SHARE", "START_UP_SHARE", "GROWTH_MB", "GROWTH_KB_PER_ITEM", "Evidence", "Finding",
+    "verdict_of", "find_causes", "ms", "pct",
+]
+
+#: Every cause the diagnosis can name: its id and what it means.
+CAUSES: dict[str, str] = {
+    "main-process-loading": "0 workers while loading costs time: the main process loads each batch, then steps",
+    "too-few-workers": "the workers are the bottleneck, and the waiting or the idle cores leave room for more",
+    "cpu-saturated": "the workers compute and no core is left: more workers cannot help; make items cheaper",
+    "hand-over": "the main process spends the time receiving batches (pickled numpy, float64, huge batches)",
+    "worker-start-up": "the workers are started again every epoch and that costs a large part of it",
+    "memory-growth": "the workers' private memory (USS) grows as they read: copy-on-write of Python objects",
+}
+
+INPUT_BOUND_SHARE = 0.20
+MODERATE_SHARE = 0.05
+HAND_OVER_SHARE = 0.30
+COMPUTING_SHARE = 0.25
+IDLE_SHARE = 0.10
+OWN_CPU_SHARE = 0.80
+START_UP_SHARE = 0.10
+GROWTH_MB = 2.0
+GROWTH_KB_PER_ITEM = 8.0
+
+
+def ms(seconds: float) -> str:
+    """Seconds as milliseconds for a sentence: ``'41.2 ms'``."""
+    return "n/a" if seconds is None or not math.isfinite(seconds) else f"{seconds * 1e3:.3g} ms"
+
+
+def pct(share: float) -> str:
+    """A share as a percentage for a sentence: ``'67%'``."""
+    return "n/a" if share is None or not math.isfinite(share) else f"{100 * share:.0f}%"
+
+
+@dataclass
+class Evidence:
+    """What a measured loop showed, in the quantities the causes are named from.
+
+    Attributes:
+        num_workers, persistent_workers: the loader's.
+        cores: the usable cores.
+        data_wait_share: wait / (wait + step) over the timed batches.
+        s_per_batch, wait_s, step_s: per timed batch, seconds.
+        startup_s: ``iter()`` plus the first batch.
+        one_batch_s: what the first batch costs once workers run (a batch's load time).
+        batches_per_epoch: the loader's length, or None.
+        main_next_cpu_s: CPU seconds of the main thread inside one ``next()`` (NaN: unknown).
+        main_cpu_per_s, workers_cpu_per_s: CPU seconds per second of this process and of
+            all the workers together (NaN: unknown).
+        idle_share: the machine's idle share of its cores' time (NaN: unknown).
+        memory: the workers' USS growth, or None.
+        pickled: whether batches cross as pickles (numpy, Python objects) rather than
+            tensors in shared memory (None: unknown).
+        in_flight_mb: MB of the batches one worker can hold at once (``prefetch_factor +
+            1`` of them): how much its USS can move without anything being copied.
+    """
+
+    num_workers: int
+    persistent_workers: bool
+    cores: int
+    data_wait_share: float
+    s_per_batch: float
+    wait_s: float
+    step_s: float
+    startup_s: float
+    one_batch_s: float
+    batches_per_epoch: int | None
+    main_next_cpu_s: float = math.nan
+    main_cpu_per_s: float = math.nan
+    workers_cpu_per_s: float = math.nan
+    idle_share: float = math.nan
+    memory: MemoryGrowth | None = None
+    pickled: bool | None = None
+    in_flight_mb: float = 0.0
+
+    @property
+    def input_bound(self) -> bool:
+        return self.data_wait_share >= INPUT_BOUND_SHARE
+
+    @property
+    def receive_share(self) -> float:
+        """The main thread's CPU inside ``next()`` over the wait (NaN: unknown)."""
+        return self.main_next_cpu_s / self.wait_s if self.wait_s > 0 else math.nan
+
+    @property
+    def worker_cpu_share(self) -> float:
+        """CPU seconds per second of one worker (1 = it computes all the time)."""
+        return self.workers_cpu_per_s / self.num_workers if self.num_workers else math.nan
+
+    @property
+    def available_cores(self) -> float:
+        """The cores this loop could have had during the run: the CPU its processes used
+        plus the machine's idle time, per second (at least half a core, at most the usable
+        cores); the usable cores when not measured. Less than the usable cores when other
+        programs kept some busy."""
+        used = self.main_cpu_per_s + self.workers_cpu_per_s
+        if not (math.isfinite(used) and math.isfinite(self.idle_share)):
+            return float(self.cores)
+        return min(float(self.cores), max(0.5, used + self.idle_share * self.cores))
+
+    @property
+    def own_cpu_share(self) -> float:
+        """This loop's processes' CPU per second, over the usable cores."""
+        return (self.main_cpu_per_s + self.workers_cpu_per_s) / self.cores
+
+    def epoch_s(self, startup_s: float | None = None) -> float:
+        """One epoch's wall time: the start-up, then the other batches at the measured pace."""
+        start = self.startup_s if startup_s is None else startup_s
+        return start + (self.batches_per_epoch - 1) * self.s_per_batch if self.batches_per_epoch else math.nan
+
+    @property
+    def start_up_extra_s(self) -> float:
+        """What starting the workers adds to an epoch: start-up beyond one batch's cost."""
+        return max(self.startup_s - self.one_batch_s, 0.0)
+
+
+@dataclass
+class Finding:
+    """One cause found: its id (a key of :data:`CAUSES`), the evidence in a sentence,
+    and what to change in words."""
+
+    cause: str
+    sentence: str
+    advice: str
+
+
+def verdict_of(data_wait_share: float) -> str:
+    """``"input-bound"`` from :data:`INPUT_BOUND_SHARE` of waiting, else ``"compute-bound"``."""
+    return "input-bound" if data_wait_share >= INPUT_BOUND_SHARE else "compute-bound"
+
+
+def band_of(data_wait_share: float) -> str:
+    """The input-pipeline analyser's words: highly, moderately or not input-bound."""
+    if data_wait_share >= INPUT_BOUND_SHARE:
+        return "highly input-bound"
+    return "moderately input-bound" if data_wait_share >= MODERATE_SHARE else "not input-bound"
+
+
+def _wait_cause(ev: Evidence) -> Finding:
+    """Why an input-bound loop with workers waits: the hand-over, the cores, or too few workers."""
+    if math.isfinite(ev.receive_share) and ev.receive_share >= HAND_OVER_SHARE:
+        kind = ("numpy arrays or Python objects are pickled and unpickled" if ev.pickled is not False
+                else "tensors this large take long to map and free")
+        advice = ("Return one tensor per batch from collate_fn (default_collate stacks the items straight into "
+                  "shared memory, so only a handle crosses), in uint8 rather than float64 where you can."
+                  if ev.pickled is not False else
+                  "Send less per batch: uint8 instead of float32 or float64, smaller images, or fewer items.")
+        return Finding("hand-over", f"The main process spends {ms(ev.main_next_cpu_s)} of CPU receiving each batch "
+                       f"({pct(ev.receive_share)} of its {ms(ev.wait_s)} wait): {kind}, on the one main process, "
+                       "however many workers there are.", advice)
+    computing = math.isfinite(ev.worker_cpu_share) and ev.worker_cpu_share >= COMPUTING_SHARE
+    no_core_left = (math.isfinite(ev.idle_share) and ev.idle_share < IDLE_SHARE) or (
+        math.isfinite(ev.own_cpu_share) and ev.own_cpu_share >= OWN_CPU_SHARE)
+    if computing and no_core_left:
+        return Finding("cpu-saturated", f"Each of the {ev.num_workers} workers computes ({pct(ev.worker_cpu_share)} "
+                       f"of its time on a CPU) and the cores are full: this loop uses {pct(ev.own_cpu_share)} of "
+                       f"{ev.cores} cores and the machine was idle {pct(ev.idle_share)} of the time. More workers "
+                       "would only share the same cores.",
+                       "Make each item cheaper: decode with torchvision.io.decode_jpeg, store images at the size you "
+                       "train on, move augmentation to the accelerator, cache decoded items; or use a machine with "
+                       "more cores. No loader setting fixes it.")
+    room = (f"the items wait ({pct(ev.worker_cpu_share)} of a worker's time is CPU)" if not computing
+            else f"{pct(ev.idle_share)} of the cores' time was idle")
+    return Finding("too-few-workers", f"The {ev.num_workers} worker(s) cannot keep up: the loop waits "
+                   f"{ms(ev.wait_s)} per batch, and {room}, so more workers can load at the same time.",
+                   "Raise num_workers.")
+
+
+def find_causes(ev: Evidence) -> list[Finding]:
+    """Every cause the evidence shows, in the order of :data:`CAUSES`; empty when healthy."""
+    findings: list[Finding] = []
+    if ev.input_bound and ev.num_workers == 0:
+        findings.append(Finding(
+            "main-process-loading", f"With 0 workers the main process builds every batch ({ms(ev.wait_s)}) and only "
+            f"then steps ({ms(ev.step_s)}): {pct(ev.data_wait_share)} of the loop's time is spent waiting for data.",
+            "Set num_workers: workers build the next batches while the step runs."))
+    elif ev.input_bound:
+        findings.append(_wait_cause(ev))
+    if ev.num_workers > 0 and not ev.persistent_workers and ev.batches_per_epoch:
+        epoch = ev.epoch_s()
+        share = ev.start_up_extra_s / epoch if epoch > 0 else 0.0
+        if share >= START_UP_SHARE:
+            findings.append(Finding(
+                "worker-start-up", f"Starting the {ev.num_workers} workers costs {ms(ev.start_up_extra_s)} at the "
+                f"start of every epoch, {pct(share)} of an epoch of {ev.batches_per_epoch} batches "
+                f"({epoch:.2f} s): without persistent_workers they are started again each time.",
+                "Set persistent_workers=True: the workers are started once and kept for every epoch."))
+    growth = ev.memory
+    if growth is not None and growth.per_worker_mb and growth.mean_mb >= max(GROWTH_MB, 2 * ev.in_flight_mb) and (
+            growth.kb_per_item >= GROWTH_KB_PER_ITEM):
+        findings.append(Finding(
+            "memory-growth", f"Each worker's private memory (USS) grew {growth.mean_mb:.1f} MB while it read about "
+            f"{growth.items_per_worker:.0f} items ({growth.kb_per_item:.0f} KB per item): reading Python objects "
+            "writes their reference counts, so forked workers copy the pages they read (copy-on-write).",
+            "Hold the dataset in numpy arrays or one serialised buffer instead of a list of Python objects "
+            "(notebook 06). No loader setting fixes it."))
+    order = list(CAUSES)
+    return sorted(findings, key=lambda f: order.index(f.cause))

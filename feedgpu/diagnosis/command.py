@@ -1,0 +1,138 @@
+"""``feedgpu-diagnose MODULE:FACTORY``: the diagnosis from a shell.
+
+::
+
+    feedgpu-diagnose mytraining:make_loader --step-ms 30
+    feedgpu-diagnose mytraining:make_loader --step mytraining:train_step --max-seconds 120 --json out.json
+
+``FACTORY()`` returns your DataLoader (the ``module:attribute`` form of uvicorn and
+gunicorn; the current directory is importable). Prints the report and exits 0; exits 2
+with a one-line reason, and no traceback, for a bad argument, or a factory (or step) that
+cannot be imported, raises, or returns no DataLoader.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+__all__ = ["main", "UsageError"]
+
+PROG = "feedgpu-diagnose"
+
+
+class UsageError(Exception):
+    """A reason to exit 2, in one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse prints usage and exits 2: one line instead
+        raise UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Diagnose a DataLoader's feeding of a training step: what the loop "
+                     "waits for, why, and the setting to try first (predicted, then measured).")
+    parser.add_argument("factory", metavar="MODULE:FACTORY", help="a function that returns your DataLoader")
+    steps = parser.add_mutually_exclusive_group(required=True)
+    steps.add_argument("--step-ms", type=float, metavar="X", help="a simulated step of X milliseconds")
+    steps.add_argument("--step", metavar="MODULE:FUNCTION", help="your training step, a function of a batch")
+    parser.add_argument("--max-seconds", type=float, default=60.0, metavar="S", help="the budget (default 60)")
+    parser.add_argument("--no-try", action="store_true", help="predict the fix but do not try it")
+    parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    parser.add_argument("--plot", metavar="PATH", help="save the plot (PNG, SVG or PDF, by the ending)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def _load(spec: str, what: str) -> Any:
+    """The object named by ``MODULE:ATTRIBUTE``."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise UsageError(f"{what} must look like MODULE:ATTRIBUTE (e.g. mytraining:make_loader), got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # the current directory is importable, as with python -m
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - any failure to import is the user's to fix, in one line
+        raise UsageError(f"cannot import {module_name!r} for {what}: {type(err).__name__}: {err}") from None
+    try:
+        obj = module
+        for part in attribute.split("."):
+            obj = getattr(obj, part)
+    except AttributeError:
+        raise UsageError(f"{module_name!r} has no attribute {attribute!r} ({what})") from None
+    return obj
+
+
+def _loader(spec: str) -> Any:
+    from torch.utils.data import DataLoader
+
+    factory = _load(spec, "the factory")
+    if not callable(factory):
+        raise UsageError(f"{spec} is not callable: give a function that returns your DataLoader")
+    try:
+        loader = factory()
+    except Exception as err:  # noqa: BLE001 - the factory's failure, reported in one line
+        raise UsageError(f"{spec}() raised {type(err).__name__}: {err}") from None
+    if not isinstance(loader, DataLoader):
+        raise UsageError(f"{spec}() returned a {type(loader).__name__}, not a torch.utils.data.DataLoader")
+    return loader
+
+
+def _one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns the exit status (0 done, 2 a bad argument or factory, 130 Ctrl-C)."""
+    try:
+        args = _parser().parse_args(argv)
+        if args.step_ms is not None and not (args.step_ms >= 0 and args.step_ms != float("inf")):
+            raise UsageError(f"--step-ms must be a finite number >= 0, got {args.step_ms}")
+        if not args.max_seconds > 0 or args.max_seconds == float("inf"):
+            raise UsageError(f"--max-seconds must be a finite number > 0, got {args.max_seconds}")
+        loader = _loader(args.factory)
+        step = None
+        if args.step is not None:
+            step = _load(args.step, "--step")
+            if not callable(step):
+                raise UsageError(f"--step {args.step} is not callable: give a function that takes a batch")
+        from .procedure import diagnose
+
+        try:
+            result = diagnose(loader, step, step_s=None if step is not None else args.step_ms / 1e3,
+                              max_seconds=args.max_seconds, try_fix=not args.no_try, progress=not args.quiet)
+        except (TypeError, ValueError) as err:
+            raise UsageError(f"{type(err).__name__}: {err}") from None
+    except UsageError as err:
+        print(f"{PROG}: error: {_one_line(str(err))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted (every worker was stopped)", file=sys.stderr)
+        return 130
+    print(result)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result.to_dict(), f, indent=2)
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from ..plots import plot_diagnosis
+
+        axes = plot_diagnosis(result)
+        axes[0].figure.savefig(args.plot, bbox_inches="tight")
+        plt.close(axes[0].figure)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

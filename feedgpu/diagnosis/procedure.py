@@ -1,0 +1,431 @@
+"""The diagnosis itself: probes, a baseline, a scaling sweep and a what-if, within one budget.
+
+The phases and the share of ``max_seconds`` by whose end each must be done, fixed in
+advance (:data:`PHASES`; a phase that ends early leaves its time to the next):
+
+=============  =====  ==========================================================
+phase          ends   what it measures
+=============  =====  ==========================================================
+items          8%     ``dataset[i]`` and the collate in this process (:mod:`.probes`)
+baseline       43%    the loader as it is, with the step: waits, CPU, worker memory
+hand-over      53%    what a batch costs to hand over, for the model (and the fix)
+scaling        83%    ``num_workers`` around the current setting, the model beside
+what-if        100%   the setting to try first, measured the same way
+=============  =====  ==========================================================
+
+Every run reads the same seeded sample of batches, stops at its phase's end, and stops
+its workers before the next starts, also on an error or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from ..checks import check_number, check_seconds
+from ..measure.machine import usable_cores
+from ..measure.transfer import payload_bytes
+from .accelerator import SimulatedAccelerator, TimedStep
+from .causes import Evidence, Finding, find_causes, ms, verdict_of
+from .cloning import check_importable, loader_settings, start_method_of
+from .collate import SharedTensorCollate, numpy_bytes, restore
+from .probes import (HandOverCost, ItemCost, crosses_pickled, in_flight_mb, one_thread, probe_hand_over, probe_items,
+                     probe_pinning)
+from .report import Diagnosis
+from .runs import Run, measure_run
+from .whatif import Costs, choose_workers, epoch_speedup, max_workers
+
+__all__ = ["PHASES", "MAX_TIMED", "diagnose"]
+
+logger = logging.getLogger(__name__)
+
+#: Each phase and the share of the budget by whose end it is done.
+PHASES: tuple[tuple[str, float], ...] = (("items", 0.08), ("baseline", 0.43), ("hand-over", 0.53),
+                                         ("scaling", 0.83), ("what-if", 1.0))
+#: The most batches a run times (a sample, never a whole epoch of a large dataset).
+MAX_TIMED = 40
+
+
+class Budget:
+    """The diagnosis's clock: each phase's deadline, and a progress bar over the phases."""
+
+    def __init__(self, max_seconds: float, progress: bool) -> None:
+        from tqdm.auto import tqdm
+
+        self.max_seconds = max_seconds
+        self.start = time.perf_counter()
+        self.end = self.start + max_seconds
+        self.bar = tqdm(total=len(PHASES), desc="diagnosis", unit="phase", disable=not progress, leave=False)
+
+    def deadline(self, phase: str) -> float:
+        return self.start + dict(PHASES)[phase] * self.max_seconds
+
+    def begin(self, phase: str) -> None:
+        self.bar.set_postfix_str(phase)
+
+    def done(self) -> None:
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def _plan(estimate_s: float, deadline: float, warmup: int) -> int:
+    """Batches for a run: as many timed batches as fit before ``deadline`` (3 to MAX_TIMED)."""
+    room = deadline - time.perf_counter()
+    timed = int(room / estimate_s) - 1 - warmup if estimate_s > 0 else MAX_TIMED
+    return 1 + warmup + max(3, min(MAX_TIMED, timed))
+
+
+def _check_arguments(loader: Any, step: Any, step_s: Any, max_seconds: Any) -> tuple[float | None, float]:
+    if not isinstance(loader, DataLoader):
+        raise TypeError(f"loader must be a torch.utils.data.DataLoader, got {type(loader).__name__}")
+    if (step is None) == (step_s is None):
+        raise ValueError("give exactly one of step (your training step: a callable taking a batch) and step_s "
+                         f"(seconds of a simulated step); got step={step!r}, step_s={step_s!r}")
+    if step is not None and not callable(step):
+        raise TypeError(f"step must be a callable taking a batch, got {type(step).__name__}")
+    step_s = None if step_s is None else check_seconds("step_s", step_s)
+    max_seconds = check_number("max_seconds", max_seconds, minimum=None)
+    if max_seconds <= 0:
+        raise ValueError(f"max_seconds must be > 0, got {max_seconds!r}")
+    return step_s, max_seconds
+
+
+def _length(obj: Any) -> int | None:
+    try:
+        return len(obj)
+    except TypeError:
+        return None
+
+
+class _Diagnosis:
+    """One diagnosis in progress: the loader, the step, the budget and what was measured."""
+
+    def __init__(self, loader: DataLoader, step: Callable[[Any], Any] | None, step_s: float | None,
+                 budget: Budget, try_fix: bool) -> None:
+        self.loader, self.step, self.step_s, self.budget, self.try_fix = loader, step, step_s, budget, try_fix
+        self.cores = usable_cores()
+        self.workers = loader.num_workers
+        self.context = loader.multiprocessing_context
+        self.notes: list[str] = []
+        self.runs: list[Run] = []
+        self.scaling: dict[int, Run] = {}
+        # a first guess of a worker's start-up (a spawned one imports torch afresh), until one is measured
+        self.start_s_per_worker = 0.15 if start_method_of(loader) == "fork" else 1.5
+
+    # ------------------------------------------------------------------ steps and runs
+    def new_step(self, cuda: bool = False) -> Callable[[Any], Any]:
+        if self.step is None:
+            return SimulatedAccelerator(self.step_s)
+        return TimedStep(self.step, cuda_events=None if cuda else False)
+
+    def run(self, label: str, estimate_s: float, soft_deadline: float, *, memory: bool = False, repeats: int = 1,
+            restore: Callable[[Any], Any] | None = None, cuda: bool = False, **changes: Any) -> Run:
+        workers = changes.get("num_workers", self.workers)
+        warmup = max(2, workers)
+        needed = self.start_s_per_worker * workers + (warmup + 4) * estimate_s * repeats
+        room = soft_deadline - time.perf_counter()
+        if label != "baseline" and needed > room:  # it could not time a batch before its deadline
+            run = Run(label, workers, None, f"skipped: it needs about {needed:.1f} s and its share of the budget "
+                      f"has {max(room, 0.0):.1f} s left")
+            self.runs.append(run)
+            self.notes.append(f"{label}: not measured ({run.reason})")
+            return run
+        step = self.new_step(cuda)
+        gpu = step.gpu_busy_s if isinstance(step, TimedStep) and step.cuda_events else None
+        batches = _plan(estimate_s * repeats, soft_deadline, warmup)
+        run = measure_run(self.loader, step, label=label, batches=batches, warmup=warmup,
+                          soft_deadline=soft_deadline, hard_deadline=self.budget.end, cores=self.cores,
+                          repeats=repeats, memory=memory, restore=restore, gpu_busy=gpu, **changes)
+        if isinstance(step, TimedStep):
+            run.cpu["step_cpu_share"] = step.cpu_share
+        if run.measured and workers:  # what starting a worker costs here, for planning the next runs
+            self.start_s_per_worker = run.timing.first_startup_s / workers
+        self.runs.append(run)
+        if run.stopped_early:
+            self.notes.append(f"{label}: stopped at its share of the budget after {run.timing.n_batches[0]} timed "
+                              "batches" if run.measured else f"{label}: not measured ({run.reason})")
+        elif not run.measured:
+            self.notes.append(f"{label}: not measured ({run.reason})")
+        return run
+
+    # ------------------------------------------------------------------ phases
+    def probe(self) -> None:
+        self.budget.begin("items")
+        self.items: ItemCost = probe_items(self.loader, self.budget.deadline("items"))
+        self.pin_s = probe_pinning(self.items.batch) if self.loader.pin_memory else None
+        if self.loader.pin_memory and self.pin_s is None:
+            self.notes.append("pin_memory=True does nothing here: there is no accelerator")
+        if self.step is not None:  # one call, to plan the runs (and to warm the step up)
+            once = TimedStep(self.step, cuda_events=False)
+            once(self.items.batch)
+            self.step_guess, self.step_cpu = once.wall_s, once.cpu_share
+        else:
+            self.step_guess, self.step_cpu = self.step_s, 0.0
+        self.pickled = crosses_pickled(self.items.batch)
+        self.budget.done()
+
+    def measure_baseline(self) -> None:
+        self.budget.begin("baseline")
+        guess = Costs(self.items.load_s, self.step_guess, 0.0, 0.0, self.items.cpu_share, self.cores,
+                      self.step_cpu).s_per_batch(self.workers)
+        self.baseline = self.run("baseline", guess, self.budget.deadline("baseline"), memory=self.workers > 0,
+                                 cuda=True)
+        self.scaling[self.workers] = self.baseline
+        self.budget.done()
+
+    def evidence(self) -> Evidence:
+        b = self.baseline
+        if b.measured:
+            step_s = b.step_s
+            self.step_cpu = b.cpu.get("step_cpu_share", self.step_cpu)
+            return Evidence(
+                num_workers=self.workers, persistent_workers=self.loader.persistent_workers, cores=self.cores,
+                data_wait_share=b.wait_share, s_per_batch=b.s_per_batch, wait_s=b.wait_s, step_s=step_s,
+                startup_s=b.timing.first_startup_s, one_batch_s=self.items.load_s,
+                batches_per_epoch=_length(self.loader), main_next_cpu_s=b.cpu.get("main_next_s", math.nan),
+                main_cpu_per_s=b.cpu.get("main_per_s", math.nan),
+                workers_cpu_per_s=b.cpu.get("workers_per_s", math.nan),
+                idle_share=b.cpu.get("idle_share", math.nan), memory=b.memory, pickled=self.pickled,
+                in_flight_mb=in_flight_mb(self.loader, self.items.batch))
+        # no batch could be timed within the budget: judge from the item probe and the model
+        self.notes.append("the baseline could not be timed within the budget: its figures are the model's "
+                          "estimate from the item probe (raise max_seconds for a measurement)")
+        guess = Costs(self.items.load_s, self.step_guess, 0.0, 0.0, self.items.cpu_share, self.cores,
+                      self.step_cpu).s_per_batch(self.workers)
+        wait = max(guess - self.step_guess, 0.0)
+        return Evidence(self.workers, self.loader.persistent_workers, self.cores, wait / guess if guess else 0.0,
+                        guess, wait, self.step_guess, math.nan, self.items.load_s, None, pickled=self.pickled)
+
+    def hand_over(self, ev: Evidence, findings: list[Finding]) -> None:
+        """The hand-over costs of the current batches (and of the fix, if it is tried)."""
+        self.budget.begin("hand-over")
+        causes = {f.cause for f in findings}
+        batch = self.items.batch
+        if self.workers > 0 and math.isfinite(ev.main_next_cpu_s) and math.isfinite(ev.workers_cpu_per_s):
+            # measured in the loop itself: the main thread's CPU inside next() is the receiving; the
+            # workers' CPU per batch beyond building it (items and collate, timed here) is the sending
+            receive = ev.main_next_cpu_s
+            send = max(ev.workers_cpu_per_s * ev.s_per_batch - self.items.fetch_cpu_s - self.items.collate_cpu_s, 0.0)
+            if "hand-over" in causes:
+                # receiving a pickle takes longer on the clock than on the CPU (the pipe is read as the
+                # worker writes it): time it as the fix's will be, with the course's instrument
+                receive = probe_hand_over(batch, self.context).receive_s
+            self.handover = HandOverCost(send, receive, self.pickled, payload_bytes(batch))
+        elif check_importable(self.loader, max(self.workers, 1)) is None:
+            self.handover = probe_hand_over(batch, self.context)
+        else:
+            self.handover = HandOverCost(0.0, 0.0, self.pickled, payload_bytes(batch))
+            self.notes.append("the hand-over was not measured (the dataset cannot reach a spawned worker)")
+        self.costs = Costs(self.items.load_s, ev.step_s, self.handover.send_s, self.handover.receive_s,
+                           self.items.cpu_share, ev.available_cores, self.step_cpu)
+        self.fixed_costs: Costs | None = None
+        if "hand-over" in causes and numpy_bytes(batch) >= payload_bytes(batch) / 2 > 0:
+            self.collate = SharedTensorCollate(self.loader.collate_fn)
+            items = self.items.chunk
+            with one_thread():  # as in a worker; the least of five: the cost with nothing else in the way
+                made = [_timed(lambda: self.collate(items)) for _ in range(5)]
+            new_batch, collate_s, collate_cpu = min(made, key=lambda m: m[1])
+            _, restore_s, _ = _timed(lambda: restore(new_batch))
+            fixed = probe_hand_over(new_batch, self.context)
+            self.fixed_costs = self.costs.with_hand_over(self.items.fetch_s + collate_s,
+                                                         self.items.fetch_cpu_s + collate_cpu, fixed.send_s,
+                                                         fixed.receive_s + restore_s)
+        self.budget.done()
+
+    def choose_tries(self, ev: Evidence, findings: list[Finding]) -> list[dict[str, Any]]:
+        causes = {f.cause for f in findings}
+        now = self.costs.s_per_batch(self.workers)
+        tries: list[dict[str, Any]] = []
+        if causes & {"main-process-loading", "too-few-workers"}:
+            chosen, why = choose_workers(self.costs, self.workers, max_workers(self.cores))
+            problem = None if chosen is None else check_importable(self.loader, chosen)
+            if problem:
+                self.notes.append(f"num_workers={chosen} not tried: {problem}")
+            elif chosen is not None and now / self.costs.s_per_batch(chosen) >= 1.05:
+                tries.append({"setting": "num_workers", "value": chosen, "why": why,
+                              "predicted_speedup": now / self.costs.s_per_batch(chosen),
+                              "changes": {"num_workers": chosen}})
+                if isinstance(self.loader.dataset, IterableDataset):
+                    self.notes.append("an IterableDataset must split its stream between workers itself "
+                                      "(torch.utils.data.get_worker_info()), or each worker yields all of it")
+            else:
+                self.notes.append("the model predicts no gain from more workers on these costs")
+        if self.fixed_costs is not None:
+            tries.append({"setting": "collate_fn", "value": repr(self.collate),
+                          "why": "the same collate, its numpy arrays carried as tensors in shared memory",
+                          "predicted_speedup": now / self.fixed_costs.s_per_batch(self.workers),
+                          "changes": {"collate_fn": self.collate}, "restore": restore})
+        if "worker-start-up" in causes and ev.batches_per_epoch:
+            tries.append({"setting": "persistent_workers", "value": True,
+                          "why": "the workers started once, an epoch then starts with one batch's load",
+                          "predicted_speedup": epoch_speedup(ev.startup_s, ev.one_batch_s, ev.batches_per_epoch,
+                                                             ev.s_per_batch),
+                          "changes": {"persistent_workers": True}, "repeats": 2})
+        return sorted(tries, key=lambda t: -t["predicted_speedup"])
+
+    def scale(self, chosen: dict[str, Any] | None) -> None:
+        self.budget.begin("scaling")
+        tried = chosen["value"] if chosen and chosen["setting"] == "num_workers" and self.try_fix else None
+        top = max_workers(self.cores)
+        extras = []
+        for w in (self.workers + 1, self.workers - 1, 2 * self.workers, self.workers + 2):
+            if 0 <= w <= top and w not in (self.workers, tried) and w not in extras:
+                extras.append(w)
+        extras = [w for w in extras[:2] if check_importable(self.loader, w) is None]
+        start = time.perf_counter()
+        span = self.budget.deadline("scaling") - start
+        for k, w in enumerate(extras):
+            self.scaling[w] = self.run(f"num_workers={w}", self.costs.s_per_batch(w),
+                                       start + (k + 1) * span / len(extras), num_workers=w)
+        self.budget.done()
+
+    def what_if(self, chosen: dict[str, Any]) -> None:
+        self.budget.begin("what-if")
+        label = f"{chosen['setting']}={chosen['value']}"
+        repeats = chosen.get("repeats", 1)
+        changes = chosen["changes"]
+        if chosen["setting"] == "collate_fn":
+            estimate = self.fixed_costs.s_per_batch(self.workers)
+        else:
+            estimate = self.costs.s_per_batch(changes.get("num_workers", self.workers))
+        run = self.run(label, estimate, self.budget.end, repeats=repeats, restore=chosen.get("restore"), **changes)
+        measured = None
+        if run.measured and chosen["setting"] == "persistent_workers":
+            later = run.timing.later_startup_s
+            if math.isfinite(later):
+                measured = epoch_speedup(self.baseline.timing.first_startup_s, later, _length(self.loader),
+                                         self.baseline.s_per_batch, run.s_per_batch)
+        elif run.measured and self.baseline.measured:
+            measured = self.baseline.s_per_batch / run.s_per_batch
+        if chosen["setting"] == "num_workers":
+            self.scaling[chosen["value"]] = run
+        chosen["measured_speedup"] = measured
+        if measured is None:
+            chosen["note"] = f"not measured ({run.reason or 'the budget ran out first'})"
+        self.budget.done()
+
+    # ------------------------------------------------------------------ the report
+    def report(self, ev: Evidence, findings: list[Finding], chosen: dict[str, Any] | None) -> Diagnosis:
+        b = self.baseline
+        w = self.workers
+        breakdown = {"fetch_s": self.items.fetch_s, "collate_s": self.items.collate_s,
+                     "send_s": self.handover.send_s if w else None,
+                     "receive_s": self.handover.receive_s if w else None,
+                     "pin_s": self.pin_s, "step_s": ev.step_s, "s_per_batch": ev.s_per_batch, "wait_s": ev.wait_s,
+                     "item_cpu_share": self.items.cpu_share}
+        scaling = [{"num_workers": k, "label": run.label, "s_per_batch": run.s_per_batch if run.measured else None,
+                    "predicted_s_per_batch": self.costs.s_per_batch(k)} for k, run in sorted(self.scaling.items())]
+        memory = self.memory_figures(b, named="memory-growth" in {f.cause for f in findings})
+        try_first = None
+        if chosen is not None:
+            try_first = {k: chosen.get(k) for k in ("setting", "value", "predicted_speedup", "measured_speedup", "why")}
+            if chosen.get("note"):
+                try_first["note"] = chosen["note"]
+        gpu = b.gpu_busy_s / b.timed_wall_s if b.gpu_busy_s is not None and b.measured else None
+        explanation = self.costs.explain(w)
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        if load is not None and load > self.cores:
+            self.notes.append(f"the machine was busy (load average {load:.1f} on {self.cores} cores): "
+                              "timings are noisier than on a quiet machine")
+        step = (f"a simulated accelerator, {ms(self.step_s)} a step" if self.step is None
+                else f"your step ({ms(ev.step_s)} measured)")
+        return Diagnosis(
+            verdict=verdict_of(ev.data_wait_share), causes=[f.cause for f in findings],
+            data_wait_share=ev.data_wait_share, busy_share=b.busy_share if b.measured else 1 - ev.data_wait_share,
+            try_first=try_first, findings=findings, explanation=explanation, breakdown=breakdown,
+            scaling=scaling, memory=memory, settings=loader_settings(self.loader), step=step,
+            runs=[_run_row(r) for r in self.runs], notes=self.notes, gpu_busy_share=gpu,
+            elapsed_s=self.budget.elapsed_s, max_seconds=self.budget.max_seconds)
+
+    def memory_figures(self, b: Run, named: bool) -> dict[str, Any]:
+        """Each worker's USS growth; projected over an epoch only where it was named a cause
+        (growth that is not steady, such as a worker's first allocations, does not go on)."""
+        if self.workers == 0:
+            return {"per_worker_mb": [], "reason": "0 workers: no worker to measure"}
+        growth = b.memory
+        if growth is None:
+            return {"per_worker_mb": [], "reason": "the baseline was not measured"}
+        if not growth.per_worker_mb:
+            return {"per_worker_mb": [], "reason": growth.reason}
+        n = _length(self.loader.dataset)
+        projected = (growth.kb_per_item * n / self.workers / 1024
+                     if named and n and math.isfinite(growth.kb_per_item) else None)
+        return {"per_worker_mb": growth.per_worker_mb, "items_per_worker": growth.items_per_worker,
+                "kb_per_item": growth.kb_per_item, "projected_epoch_mb": projected, "reason": None}
+
+
+def _timed(call: Callable[[], Any]) -> tuple[Any, float, float]:
+    """``call()``, its wall seconds and its CPU seconds on this thread."""
+    start, cpu = time.perf_counter(), time.thread_time()
+    out = call()
+    return out, time.perf_counter() - start, time.thread_time() - cpu
+
+
+def _run_row(run: Run) -> dict[str, Any]:
+    t = run.timing
+    return {"label": run.label, "num_workers": run.num_workers, "s_per_batch": run.s_per_batch if t else None,
+            "wait_share": run.wait_share if t else None, "startup_s": t.first_startup_s if t else None,
+            "timed_batches": t.n_batches[0] if t else 0, "cpu": run.cpu, "reason": run.reason}
+
+
+def diagnose(loader: DataLoader, step: Callable[[Any], Any] | None = None, *, step_s: float | None = None,
+             max_seconds: float = 60, try_fix: bool = True, progress: bool = True) -> Diagnosis:
+    """Measure a DataLoader feeding a training step, name what keeps the step waiting, and try a fix.
+
+    See :mod:`feedgpu.diagnosis` for what is measured and the vocabulary of causes.
+
+    Args:
+        loader: any ``torch.utils.data.DataLoader`` (map-style or iterable, any workers,
+            pinning, persistence or collate). It is never iterated itself: every run reads
+            a sample of its batches through a new loader with its settings.
+        step: your training step, a callable taking a batch; or
+        step_s: a fixed step time in seconds, run on a simulated accelerator (a sleep, as a
+            GPU step holds the host). Exactly one of the two.
+        max_seconds: the wall time the whole diagnosis may take, what-if included (a batch
+            in progress is finished first: one slow batch can run past it).
+        try_fix: build the loader with the setting to try first, measure it the same way,
+            and report the measured speed-up beside the predicted one.
+        progress: show a progress bar over the phases (tqdm).
+
+    Returns:
+        A :class:`~feedgpu.diagnosis.report.Diagnosis`.
+
+    Raises:
+        TypeError: ``loader`` is not a DataLoader, ``step`` is not callable, or a number is not a number.
+        ValueError: both or neither of ``step`` and ``step_s``; ``step_s`` negative or not
+            finite; ``max_seconds`` not above 0; the loader's workers cannot start under its
+            start method (a dataset defined in a notebook under *spawn*: the message says
+            how to fix it); the dataset has no items.
+    """
+    step_s, max_seconds = _check_arguments(loader, step, step_s, max_seconds)
+    problem = check_importable(loader)
+    if problem:
+        raise ValueError(f"the loader's workers cannot start ({start_method_of(loader)}): {problem}")
+    budget = Budget(max_seconds, progress)
+    state = _Diagnosis(loader, step, step_s, budget, try_fix)
+    try:
+        state.probe()
+        state.measure_baseline()
+        ev = state.evidence()
+        findings = find_causes(ev)
+        state.hand_over(ev, findings)
+        tries = state.choose_tries(ev, findings)
+        chosen = tries[0] if tries else None
+        state.scale(chosen)
+        if chosen is not None and try_fix:
+            state.what_if(chosen)
+        return state.report(ev, findings, chosen)
+    finally:
+        budget.close()

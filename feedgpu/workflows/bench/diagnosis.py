@@ -1,0 +1,75 @@
+"""The take-home diagnosis (``feedgpu.diagnose``): its what-ifs against its predictions, and its cost.
+
+* For each planted loader with a fix to try (:data:`feedgpu.workloads.planted.PLANTED`):
+  whether the planted cause was named, the model's predicted speed-up of the setting
+  tried, the measured one, and measured / predicted (budget: 0.75 to 1.25); and the
+  diagnosis's wall time against its ``max_seconds``.
+* The cost of watching a loop (``feedgpu.diagnose.watch``) on the healthy loader: the
+  loop's time per step with and without it, in paired rounds (alternating which goes
+  first, so a drift of the machine's load hits both), as a share of the step time
+  (budget: under 5%).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from . import Figure, figure
+
+MAX_SECONDS = 30.0
+ROUNDS = 7
+WATCHED_BATCHES = 40
+
+
+def _loop_s(loader, step_s: float, watched: bool) -> float:
+    """Seconds per step of a loop over ``loader`` that sleeps ``step_s`` per batch."""
+    from feedgpu.diagnosis import watch
+
+    source = watch(loader) if watched else loader
+    count = 0
+    start = time.perf_counter()
+    for _ in source:
+        time.sleep(step_s)
+        count += 1
+        if count == WATCHED_BATCHES:
+            break
+    return (time.perf_counter() - start) / count
+
+
+def bench_diagnosis() -> list[Figure]:
+    """Measured / predicted speed-up of each planted what-if; the overhead of watch()."""
+    from feedgpu.diagnosis import diagnose
+    from feedgpu.workloads.planted import PLANTED
+
+    out = []
+    for name, case in PLANTED.items():
+        if case.setting is None:
+            continue
+        start = time.perf_counter()
+        result = diagnose(case.factory(), step_s=case.step_s, max_seconds=MAX_SECONDS, progress=False)
+        seconds = time.perf_counter() - start
+        tried = result.try_first or {}
+        predicted, measured = tried.get("predicted_speedup"), tried.get("measured_speedup")
+        setting = f"{tried.get('setting')}={tried.get('value')}" if tried else "nothing tried"
+        out += [figure(f"diagnosis {name}: cause named", float(case.cause in result.causes), "",
+                       f"causes {result.causes}"),
+                figure(f"diagnosis {name}: predicted speed-up", predicted or float("nan"), "x", setting),
+                figure(f"diagnosis {name}: measured speed-up", measured or float("nan"), "x", setting),
+                figure(f"diagnosis {name}: measured / predicted",
+                       measured / predicted if measured and predicted else float("nan"), "x", "budget 0.75 to 1.25"),
+                figure(f"diagnosis {name}: wall time / budget", seconds / MAX_SECONDS, "x",
+                       f"{seconds:.1f} s of max_seconds={MAX_SECONDS:g}")]
+    case = PLANTED["healthy"]
+    loader = case.factory()
+    plain, watched = [], []
+    for r in range(ROUNDS):
+        for kind in ((False, True) if r % 2 == 0 else (True, False)):
+            (watched if kind else plain).append(_loop_s(loader, case.step_s, kind))
+    overhead = statistics.median(w - p for w, p in zip(watched, plain)) / case.step_s
+    out += [figure("watch(): loop time per step, without", statistics.median(plain) * 1e3, "ms",
+                   f"healthy loader, {case.step_s * 1e3:g} ms step, median of {ROUNDS} rounds"),
+            figure("watch(): loop time per step, with", statistics.median(watched) * 1e3, "ms"),
+            figure("watch(): overhead / step time", overhead, "x",
+                   "median of paired rounds; budget < 0.05")]
+    return out
