@@ -203,7 +203,7 @@ def _wait_cause(ev: Evidence) -> Finding:
                        "more cores. No loader setting fixes it.")
     room = (f"the items wait ({pct(ev.worker_cpu_share)} of a worker's time is CPU)" if not computing
             else f"{pct(ev.idle_share)} of the cores' time was idle")
-    return Finding("too-few-workers", f"The {ev.num_workers} worker(s) cannot keep up: the loop waits "
+    return Finding("too-few-workers", f"The {ev.num_workers} {'worker' if ev.num_workers == 1 else 'workers'} cannot keep up: the loop waits "
                    f"{ms(ev.wait_s)} per batch, and {room}, so more workers can load at the same time.",
                    "Raise num_workers.")
 
