@@ -155,7 +155,7 @@ class Diagnosis:
             predicted = point.get("predicted_s_per_batch")
             shown = f"{1 / measured:.1f}" if measured else "not measured"
             model = f" (model {1 / predicted:.1f})" if predicted else ""
-            parts.append(f"{point['num_workers']} workers {shown}{model}")
+            parts.append(f"{point['num_workers']} worker{'' if point['num_workers'] == 1 else 's'} {shown}{model}")
         return " | ".join(parts)
 
     def _memory_line(self) -> str:
