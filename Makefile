@@ -25,6 +25,7 @@ help:
 # Open the course in JupyterLab (makes the environment and the data first if missing).
 lab: $(STAMP) $(if $(filter real,$(LFW)),$(REAL),$(SYNTHETIC))
 	@echo "Opening JupyterLab on notebooks/ - open the URL printed below (Ctrl-C twice to stop)."
+	@echo "Course map: README.md. After the course, point .venv/bin/feedgpu-diagnose at your own loader (README: Diagnose your own training loop)."
 	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.open_browser=False --ServerApp.allow_root=True $(LAB_ARGS)
 
 # Create the virtual environment in .venv with the pinned packages and the course code (editable).
