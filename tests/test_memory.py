@@ -4,6 +4,7 @@ the background thread, the summaries and the plot."""
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import multiprocessing
 import subprocess
@@ -417,7 +418,12 @@ def test_object_regions_lists_objects_and_array_data():
 def test_page_use_counts_what_a_forked_child_shares_and_copies():
     """After a fork every page of a block is shared; the pages the child writes become its own."""
     page = os.sysconf("SC_PAGE_SIZE")
-    block = np.ones(4 * MB // 8, dtype=np.int64)  # every page written
+    # a mapping of its own: page-aligned, so no page of it is shared with a neighbour on the
+    # heap that another thread of this process might write meanwhile (which would make the
+    # child's copy of that page its own too)
+    mapping = mmap.mmap(-1, 4 * 2**20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    block = np.frombuffer(mapping, dtype=np.int64)
+    block[:] = 1  # every page written
     regions = [(block.__array_interface__["data"][0], block.nbytes)]
     mine = page_use(regions)
     assert mine.present == mine.total >= block.nbytes, f"every page of the block is in memory here: {mine}"
