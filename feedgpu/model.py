@@ -53,12 +53,10 @@ def _check_costs(num_workers: int, load_s: float, step_s: float, transfer_s: flo
 
 
 def _stage_times(
-    num_workers: int, load_s: float, step_s: float, transfer_s: float, receive_s: float | None = None
+    num_workers: int, load_s: float, step_s: float, transfer_s: float, receive_s: float
 ) -> tuple[float, float]:
     """(seconds per batch the workers together need, seconds per batch the main needs)."""
-    workers = (load_s + transfer_s) / num_workers
-    main = step_s + (transfer_s if receive_s is None else receive_s)
-    return workers, main
+    return (load_s + transfer_s) / num_workers, step_s + receive_s
 
 
 def steady_state_time_per_batch(
@@ -156,7 +154,7 @@ def bottleneck_stage(
     _check_costs(num_workers, load_s, step_s, transfer_s)
     if num_workers == 0:
         return "serial"
-    workers, main = _stage_times(num_workers, load_s, step_s, transfer_s)
+    workers, main = _stage_times(num_workers, load_s, step_s, transfer_s, transfer_s)
     if math.isclose(workers, main, rel_tol=BALANCE_TOLERANCE):
         return "balanced"
     if workers > main:
@@ -195,7 +193,7 @@ def explain_bottleneck(
             f"steps ({_ms(step_s)}), {_ms(total)} per batch; workers would load while "
             "the step runs."
         )
-    workers, main = _stage_times(num_workers, load_s, step_s, transfer_s)
+    workers, main = _stage_times(num_workers, load_s, step_s, transfer_s, transfer_s)
     if stage == "balanced":
         return (
             f"Balanced: {_workers_deliver(num_workers)} a batch every {_ms(workers)} and the "

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from .checks import check_int, check_seconds
+from .checks import check_int, check_number, check_seconds
 
 __all__ = ["predicted_items_per_s", "StoreSimulation", "simulate_store", "latency_quantile_s",
            "expected_slowest_s"]
@@ -195,8 +195,7 @@ def latency_quantile_s(latency_s: float, sigma: float, q: float) -> float:
     times it and the 99th 10.2 times.
     """
     latency_s = check_seconds("latency_s", latency_s)
-    if not sigma >= 0:
-        raise ValueError(f"sigma must be >= 0, got {sigma!r}")
+    sigma = check_number("sigma", sigma)
     if not 0 < q < 1:
         raise ValueError(f"q is a probability strictly between 0 and 1, got {q!r}")
     return latency_s * math.exp(sigma * NormalDist().inv_cdf(q))
@@ -243,8 +242,7 @@ def expected_slowest_s(n_requests: int, latency_s: float, sigma: float, *, hedge
     latency_s = check_seconds("latency_s", latency_s)
     if latency_s <= 0:
         raise ValueError(f"latency_s must be > 0 seconds, got {latency_s!r}")
-    if not sigma >= 0:
-        raise ValueError(f"sigma must be >= 0, got {sigma!r}")
+    sigma = check_number("sigma", sigma)
     if hedge_after_s is not None and timeout_s is not None:
         raise ValueError("give a hedge or a timeout, not both")
     for name, value in (("hedge_after_s", hedge_after_s), ("timeout_s", timeout_s)):

@@ -25,17 +25,17 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import itertools
-import multiprocessing
 import random
 import sys
-from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, Sampler
+from torch.utils.data import DataLoader, IterableDataset
+
+from ..measure.machine import start_method
 
 __all__ = ["clone_loader", "sampled_loader", "loader_settings", "start_method_of", "check_importable",
-           "SampleSampler", "SAMPLE_SEED"]
+           "sample_indices", "SAMPLE_SEED"]
 
 #: Seed of the sample of items every run of a diagnosis reads.
 SAMPLE_SEED = 0
@@ -111,17 +111,16 @@ def clone_loader(loader: DataLoader, **changes: Any) -> DataLoader:
     return DataLoader(**kwargs)
 
 
-class SampleSampler(Sampler[int]):
-    """Yields a fixed list of indices, in its order, every time it is iterated."""
+def sample_indices(n: int, k: int) -> list[int]:
+    """The first ``k`` items of the diagnosis's fixed, seeded order of ``range(n)``.
 
-    def __init__(self, indices: Sequence[int]) -> None:
-        self.indices = list(indices)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.indices)
-
-    def __len__(self) -> int:
-        return len(self.indices)
+    A prefix of one shuffle, so a run of fewer items reads the first items of a longer one,
+    and the probes read the runs' first items (``random.sample`` picks differently for
+    every ``k``).
+    """
+    order = list(range(n))
+    random.Random(SAMPLE_SEED).shuffle(order)
+    return order[:min(n, k)]
 
 
 def _generator_copy(generator: torch.Generator | None) -> torch.Generator:
@@ -162,9 +161,8 @@ def sampled_loader(loader: DataLoader, batches: int, **changes: Any) -> tuple[Da
         chosen = list(itertools.islice(iter(loader.sampler), batches * batch_size))
     else:
         # a seeded sample: every run reads the same items, on every machine
-        chosen = random.Random(SAMPLE_SEED).sample(range(n), min(n, batches * batch_size))
-    sampler = SampleSampler(chosen)
-    made = clone_loader(loader, sampler=sampler, generator=generator, **changes)
+        chosen = sample_indices(n, batches * batch_size)
+    made = clone_loader(loader, sampler=chosen, generator=generator, **changes)  # a list is a sampler
     return made, len(made)
 
 
@@ -193,8 +191,7 @@ def _length(loader: DataLoader) -> int | None:
 
 def start_method_of(loader: DataLoader) -> str:
     """How the loader's workers start: its ``multiprocessing_context``, else the default."""
-    return (_context_name(loader.multiprocessing_context) or multiprocessing.get_start_method(allow_none=True)
-            or multiprocessing.get_all_start_methods()[0])
+    return _context_name(loader.multiprocessing_context) or start_method()
 
 
 def _not_importable(obj: Any) -> str | None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,7 +32,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from ..measure.transfer import payload_bytes, shared_memory_write_s, transfer_time_per_batch
-from .cloning import SAMPLE_SEED
+from .cloning import sample_indices
 from .collate import numpy_bytes
 
 __all__ = ["ItemCost", "HandOverCost", "one_thread", "probe_items", "probe_hand_over", "probe_pinning", "tensor_bytes",
@@ -103,7 +102,7 @@ def _items(loader: DataLoader, deadline: float, wanted: int) -> tuple[list[Any],
     else:
         try:
             n = len(dataset)  # type: ignore[arg-type]
-            indices = iter(random.Random(SAMPLE_SEED).sample(range(n), min(n, wanted)))  # the runs' first items
+            indices = iter(sample_indices(n, wanted))  # the runs' first items
         except TypeError:  # no length: the loader's own order
             indices = itertools.chain.from_iterable(
                 b if isinstance(b, list) else [b] for b in iter(loader.batch_sampler or loader.sampler))

@@ -34,7 +34,7 @@ from ..measure.transfer import payload_bytes
 from .accelerator import SimulatedAccelerator, TimedStep
 from .causes import Evidence, Finding, find_causes, ms, verdict_of
 from .cloning import check_importable, loader_settings, start_method_of
-from .collate import SharedTensorCollate, numpy_bytes, restore
+from .collate import SharedTensorCollate, restore
 from .probes import (HandOverCost, ItemCost, crosses_pickled, in_flight_mb, one_thread, probe_hand_over, probe_items,
                      probe_pinning)
 from .report import Diagnosis
@@ -231,7 +231,7 @@ class _Diagnosis:
         self.costs = Costs(self.items.load_s, ev.step_s, self.handover.send_s, self.handover.receive_s,
                            self.items.cpu_share, ev.available_cores, self.step_cpu)
         self.fixed_costs: Costs | None = None
-        if "hand-over" in causes and numpy_bytes(batch) >= payload_bytes(batch) / 2 > 0:
+        if "hand-over" in causes and self.pickled and payload_bytes(batch) > 0:
             self.collate = SharedTensorCollate(self.loader.collate_fn)
             items = self.items.chunk
             with one_thread():  # as in a worker; the least of five: the cost with nothing else in the way

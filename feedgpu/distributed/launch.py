@@ -47,6 +47,8 @@ from pathlib import Path
 
 import psutil
 
+from ..checks import check_int, check_seconds
+
 __all__ = [
     "LaunchError",
     "LaunchResult",
@@ -100,12 +102,10 @@ def launch_time_limit_s(reimporting_workers: int = 0, *, base_s: float = LAUNCH_
     torchrun, its ranks and their work; each such worker adds :data:`REIMPORT_S`.
 
     Raises:
-        ValueError: a negative number of workers or a negative ``base_s``.
+        ValueError: a negative or fractional number of workers, or ``base_s`` negative or
+            not finite (:mod:`feedgpu.checks`).
     """
-    if reimporting_workers < 0 or base_s < 0:
-        raise ValueError(f"need reimporting_workers >= 0 and base_s >= 0, "
-                         f"got {reimporting_workers} and {base_s}")
-    return base_s + REIMPORT_S * reimporting_workers
+    return check_seconds("base_s", base_s) + REIMPORT_S * check_int("reimporting_workers", reimporting_workers)
 
 
 class LaunchError(RuntimeError):

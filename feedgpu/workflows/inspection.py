@@ -525,7 +525,7 @@ def _restore_layout(nb: nbformat.NotebookNode, given: nbformat.NotebookNode) -> 
         low = 0 if before is None else ids.index(_nbgrader(given.cells[before])["grade_id"]) + 1
         high = len(nb.cells) if after is None else ids.index(after)
         at = low
-        for ordinary in reversed(given.cells[(before or -1) + 1:index]):  # the closest untouched one
+        for ordinary in reversed(given.cells[(-1 if before is None else before) + 1:index]):  # the closest untouched one
             same = [i for i in range(low, high) if not ids[i] and nb.cells[i].cell_type == ordinary.cell_type
                     and nb.cells[i].source == ordinary.source]
             if same:

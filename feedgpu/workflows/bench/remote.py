@@ -198,10 +198,10 @@ def bench_faults(store: Any, keys: list[str], shards: list[str]) -> list[Figure]
             out.append(figure(f"remote goodput, {name}", (FAULT_KEYS - lost) / seconds, "images/s",
                               f"{FAULT_KEYS} objects: {stats['cuts']} cut, {lost} lost, {stats['requests']} requests"))
         # shards at a bandwidth: each GET pays its bytes
+        shard_bytes = s3.head_object(Bucket="faces", Key=shards[1])["ContentLength"]
         for name, bandwidth in [("no bandwidth limit", None), (f"{SHARD_BANDWIDTH / 1e6:.0f} MB/s", SHARD_BANDWIDTH)]:
             store.set(**{**quiet, "bandwidth_bytes_per_s": bandwidth})
             _, rate = _measure(S3ShardDataset(store.endpoint_url, "faces", shards), 0, 12, 3)
-            shard_bytes = s3.head_object(Bucket="faces", Key=shards[1])["ContentLength"]
             model = IMAGES_PER_SHARD / (LATENCY_S + (shard_bytes / bandwidth if bandwidth else 0.0))
             out.append(figure(f"remote shards of {IMAGES_PER_SHARD}, {name}: images/s", rate, "images/s",
                               f"model (latency + bytes / bandwidth, no CPU): {model:.0f} images/s"))
