@@ -16,7 +16,8 @@ in Jupyter, in a script that saves the figure, and in tests with the Agg backend
 * what each rank loaded, across ranks and workers: :func:`plot_seen`, :func:`plot_copies`;
 * remote storage: :func:`plot_store_simulation`, :func:`plot_littles_law`,
   :func:`plot_first_batch_and_rate`, :func:`plot_slowest_request`, :func:`plot_retry_outcomes`.
-* a diagnosis of a training loop's loading: :func:`plot_diagnosis`.
+* a diagnosis of a training loop's loading: :func:`plot_diagnosis`;
+* an accelerator's busy share, per run and after each fix: :func:`plot_busy_shares`, :func:`plot_fix_progress`.
 """
 
 from __future__ import annotations
@@ -1294,3 +1295,74 @@ def plot_diagnosis(diagnosis: Any, axes: Any = None) -> Any:
 
 
 __all__ += ["plot_diagnosis"]
+
+
+_SHARE_COLORS = (("busy_share", "busy", STEP_COLOR), ("waiting_share", "waiting for data", LOAD_COLOR),
+                 ("other_share", "other", "lightgrey"))
+
+
+def plot_busy_shares(rows: Mapping[str, Mapping[str, float]], ax: Any = None, *, target: float | None = None,
+                     title: str | None = None) -> Any:
+    """Where an accelerator's time went, one stacked horizontal bar per run: busy, waiting
+    for data, other (shares of the wall time, from
+    :meth:`feedgpu.accelerator.Breakdown.summary` or :func:`feedgpu.workloads.face_training.run_epochs`).
+
+    Args:
+        rows: run label -> a mapping with ``busy_share``, ``waiting_share``, ``other_share``.
+        target: a busy share to mark with a dotted line.
+
+    Returns:
+        The Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * max(1, len(rows))), layout="constrained")
+    labels = list(rows)
+    for y, label in enumerate(labels):
+        start = 0.0
+        for key, name, color in _SHARE_COLORS:
+            share = max(0.0, float(rows[label].get(key) or 0.0))
+            ax.barh(y, share, left=start, color=color, label=name if y == 0 else None)
+            start += share
+        ax.text(1.01, y, f"{rows[label].get('busy_share', 0):.2f}", va="center", fontsize="small")
+    if target is not None:
+        ax.axvline(target, color="black", linestyle=":", label=f"target {target:g}")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.08)
+    ax.set_xlabel("share of the wall time")
+    ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(labels) > 2 else -0.45),
+              ncol=4)
+    ax.set_title(title or "Where the accelerator's time went")
+    return ax
+
+
+def plot_fix_progress(labels: Sequence[str], measured: Sequence[float], predicted: Sequence[float] | None = None,
+                      ax: Any = None, *, target: float | None = None, title: str | None = None) -> Any:
+    """The busy share after each fix, measured (points) and predicted (line), in the order
+    the fixes were made.
+
+    Returns:
+        The Axes.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3.2), layout="constrained")
+    x = range(len(labels))
+    if predicted is not None:
+        ax.plot(x, predicted, "-", color="grey", marker=".", label="predicted")
+    ax.plot(x, measured, "o", color="C1", label="measured")
+    if target is not None:
+        ax.axhline(target, color="black", linestyle=":", label=f"target {target:g}")
+    ax.set_xticks(list(x), labels, rotation=25, ha="right", fontsize="small")
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("busy share")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="x-small")
+    ax.set_title(title or "The accelerator's busy share after each fix")
+    return ax
+
+
+__all__ += ["plot_busy_shares", "plot_fix_progress"]

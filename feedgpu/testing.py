@@ -124,6 +124,13 @@ REFERENCES: dict[str, tuple[str, ...]] = {
     "shard_stream": ("feedgpu.distributed.shards:shard_by_rank_and_worker",
                      "torch.utils.data.datapipes.iter.sharding:ShardingFilterIterDataPipe"),
     "exact_accuracy": ("feedgpu.distributed.shards:exact_accuracy",),
+    # 09_capstone (the course's fixes, and the diagnosis's own: its worker choice and its loader cloning)
+    "workers_for_step": ("feedgpu.workloads.face_training:workers_to_keep_up", "feedgpu.diagnosis.whatif:choose_workers"),
+    "pack_annotations": ("feedgpu.workloads.face_training:packed_annotations",),
+    "to_model_input": ("feedgpu.workloads.face_training:model_input",),
+    "epoch_order": ("feedgpu.workloads.face_training:shuffled_order",),
+    "train_epoch": ("feedgpu.workloads.face_training:fixed_train_epoch",),
+    "make_loader": ("feedgpu.workloads.face_training:fixed_loader", "feedgpu.diagnosis.cloning:clone_loader"),
 }
 
 

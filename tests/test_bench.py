@@ -54,8 +54,8 @@ def test_a_failed_bench_is_reported_and_loses_no_other_figure(fake_benches, tmp_
 
 
 def test_every_notebook_from_05_has_its_bench():
-    """Notebooks 05 to 08 each have a section: gpu, memory, remote, distributed."""
-    assert {"gpu", "memory", "remote", "distributed"} <= set(bench.BENCHES), sorted(bench.BENCHES)
+    """Notebooks 05 to 09 each have a section: gpu, memory, remote, distributed, capstone."""
+    assert {"gpu", "memory", "remote", "distributed", "capstone"} <= set(bench.BENCHES), sorted(bench.BENCHES)
 
 
 def test_gpu_bench_says_why_it_measured_nothing_without_cuda():

@@ -340,7 +340,8 @@ def bench_grading_class(students: int = 15) -> list[Figure]:
 
 
 def _beyond_one_process() -> dict[str, Callable[[], list[Figure]]]:
-    """The recommended faces pipeline, the benches of notebooks 05 to 08 and the diagnosis, each in its own module."""
+    """The recommended faces pipeline, the benches of notebooks 05 to 09 and the diagnosis, each in its own module."""
+    from .capstone import bench_capstone
     from .diagnosis import bench_diagnosis
     from .distributed import bench_distributed
     from .gpu import bench_gpu
@@ -349,7 +350,8 @@ def _beyond_one_process() -> dict[str, Callable[[], list[Figure]]]:
     from .remote import bench_remote
 
     return {"pipeline": bench_pipeline, "memory": bench_memory, "gpu": bench_gpu,
-            "remote": bench_remote, "distributed": bench_distributed, "diagnosis": bench_diagnosis}
+            "remote": bench_remote, "distributed": bench_distributed, "diagnosis": bench_diagnosis,
+            "capstone": bench_capstone}
 
 
 BENCHES: dict[str, Callable[[], list[Figure]]] = {
