@@ -21,6 +21,8 @@ from PIL import Image
 
 from grading_fixtures import (
     DELEGATING,
+    FIXTURE_SOURCE,
+    TINY,
     RELEASE,
     SOLUTIONS,
     course_notebooks,
@@ -89,6 +91,16 @@ def tiny_lfw(tmp_path: Path) -> Path:
     write_face(root / ".hidden_person" / "x_0001.jpg", 97)
     (root / "README.txt").write_text("a stray file at the top level")
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_release(tmp_path_factory) -> Path:
+    """The fixture assignment's student release (``tests/fixtures/source/tiny``), made by
+    ``feedgpu-release``'s code: the notebook's path."""
+    from feedgpu.workflows import release
+
+    dest = release.generate(tmp_path_factory.mktemp("tiny") / "release", source=FIXTURE_SOURCE)
+    return dest / TINY / f"{TINY}.ipynb"
 
 
 # --------------------------------------------------------------------------- the course's grading

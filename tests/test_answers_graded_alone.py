@@ -20,8 +20,11 @@ demonstrations in between are skipped. In that kernel:
    fail, because the reference is unavailable while they run (``ReferenceHidden``); then
    the answer again;
 4. each plausible wrong answer kept in ``tests/wrong_answers/``, then the tests it names:
-   each must fail; then the answer again, and the same tests: each must pass again (so
-   the failure was the wrong answer's, not something an earlier one left behind);
+   each must fail; after the last wrong answer of an answer, the answer again, and every
+   test its wrong answers named: each must pass again (so the failures were the wrong
+   answers', not something one of them left behind: what a wrong answer leaves in the
+   kernel other than its own definitions would still be there; each wrong answer's own
+   definitions are replaced by the next one's, as by the answer's);
 5. the release: every answer stubbed, every test.
 
 Two rules hold for every notebook, checked without a kernel: every answer has an entry in
@@ -82,7 +85,7 @@ class Run:
     delegated: dict[str, dict[str, str | None]] = field(default_factory=dict)  # answer -> test -> error (pass 3)
     wrong_caught: dict[str, dict[str, str | None]] = field(default_factory=dict)  # mistake -> test -> error (pass 4)
     wrong_errors: dict[str, str] = field(default_factory=dict)  # mistake -> error of its own cell (pass 4)
-    wrong_not_restored: dict[str, dict[str, str]] = field(default_factory=dict)  # mistake -> test -> error after
+    wrong_not_restored: dict[str, dict[str, str]] = field(default_factory=dict)  # answer -> test -> error after
     release_failed: set[str] = field(default_factory=set)  # pass 5
 
 
@@ -134,16 +137,20 @@ def run_notebook(name: str) -> Run:
                 run.delegated[answer] = {gid: error_of(kernel.run(cell_by_id[gid].source))
                                          for gid in run.owners[answer]}
                 kernel.run_ok(c.source, f"{answer} (put back)")
-        for mistake in wrong_answers(name):  # 4. each wrong answer, then its answer again
-            key = f"{mistake.answer}: {mistake.mistake}"
-            err = error_of(kernel.run(mistake.source))
-            if err:
-                run.wrong_errors[key] = err
-            tests = [gid for gid in run.tests if gid in mistake.fails]
-            run.wrong_caught[key] = {gid: error_of(kernel.run(cell_by_id[gid].source)) for gid in tests}
-            kernel.run_ok(cell_by_id[mistake.answer].source, f"{mistake.answer} (put back)")
-            after = {gid: error_of(kernel.run(cell_by_id[gid].source)) for gid in tests}
-            run.wrong_not_restored[key] = {gid: err for gid, err in after.items() if err}
+        mistakes = wrong_answers(name)  # 4. each answer's wrong answers, then the answer again
+        for answer in dict.fromkeys(m.answer for m in mistakes):
+            named: set[str] = set()
+            for mistake in (m for m in mistakes if m.answer == answer):
+                key = f"{mistake.answer}: {mistake.mistake}"
+                err = error_of(kernel.run(mistake.source))
+                if err:
+                    run.wrong_errors[key] = err
+                tests = [gid for gid in run.tests if gid in mistake.fails]
+                run.wrong_caught[key] = {gid: error_of(kernel.run(cell_by_id[gid].source)) for gid in tests}
+                named.update(tests)
+            kernel.run_ok(cell_by_id[answer].source, f"{answer} (put back)")
+            after = {gid: error_of(kernel.run(cell_by_id[gid].source)) for gid in run.tests if gid in named}
+            run.wrong_not_restored[f"{answer} after its wrong answers"] = {gid: err for gid, err in after.items() if err}
         got = answers_and_tests(kernel, 0, stubs)  # 5. the release
         run.release_failed = {gid for gid, out in got.items() if error_of(out)}
     return run

@@ -26,7 +26,7 @@ import nbformat
 import psutil
 import pytest
 
-from feedgpu.workflows import grade, release
+from feedgpu.workflows import grade
 from feedgpu.workflows.sandbox import Limits
 from grading_fixtures import (
     FIXTURE_SOURCE,
@@ -74,13 +74,6 @@ ONE_CORE_WARNS = ("import os, warnings\nwarnings.resetwarnings()\n"
                   "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})")
 WORKER_TEST = "test_count_batches_with_workers"
 STUBBED = "count_batches"  # the answer that one student leaves as released
-
-
-@pytest.fixture(scope="session")
-def tiny_release(tmp_path_factory) -> Path:
-    """The fixture assignment's student release, made by ``feedgpu-release``'s code."""
-    dest = release.generate(tmp_path_factory.mktemp("tiny") / "release", source=FIXTURE_SOURCE)
-    return dest / TINY / f"{TINY}.ipynb"
 
 
 @pytest.fixture(scope="module")

@@ -287,3 +287,23 @@ def test_plot_copies_stacks_each_loader_up_to_the_times_each_id_was_loaded():
     legend = ax.get_legend_handles_labels()[1]
     assert legend == ["rank 0, worker 0", "rank 0, worker 1", "rank 1, worker 0", "rank 1, worker 1"], legend
     assert len(ax.patches) == 4 * 5, "one segment per loader and id"
+
+
+def test_plot_busy_shares_stacks_the_three_shares_of_each_run():
+    rows = {"slow": {"busy_share": 0.2, "waiting_share": 0.75, "other_share": 0.05},
+            "fixed": {"busy_share": 0.9, "waiting_share": 0.06, "other_share": 0.04}}
+    ax = plots.plot_busy_shares(rows, target=0.85)
+    bars = [p for p in ax.patches if isinstance(p, matplotlib.patches.Rectangle)]
+    assert len(bars) == 6, f"3 stacked bars per run: {len(bars)}"
+    ends = sorted(round(b.get_x() + b.get_width(), 6) for b in bars)
+    assert ends[-2:] == [1.0, 1.0], f"each run's three shares end at 1: {ends}"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["slow", "fixed"]
+    assert any(line.get_xdata()[0] == 0.85 for line in ax.get_lines()), "the target line"
+
+
+def test_plot_fix_progress_puts_one_point_per_fix_and_the_prediction():
+    ax = plots.plot_fix_progress(["slow", "+ a", "+ b"], [0.2, 0.5, 0.9], [0.25, 0.45, 0.95], target=0.85)
+    measured = [line for line in ax.get_lines() if line.get_label() == "measured"][0]
+    predicted = [line for line in ax.get_lines() if line.get_label() == "predicted"][0]
+    assert list(measured.get_ydata()) == [0.2, 0.5, 0.9] and list(predicted.get_ydata()) == [0.25, 0.45, 0.95]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["slow", "+ a", "+ b"]

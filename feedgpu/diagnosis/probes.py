@@ -93,8 +93,14 @@ def _timed(call: Any) -> tuple[Any, float, float]:
     return out, time.perf_counter() - wall, time.thread_time() - cpu
 
 
-def _items(loader: DataLoader, deadline: float, wanted: int) -> tuple[list[Any], float, float]:
-    """Up to ``wanted`` items (at least one, then until ``deadline``), their wall and CPU seconds."""
+#: A first item slower than this many times the median of the others paid a one-off start
+#: (opening a file, an index, a connection, in this process): it is left out of the means.
+ONE_OFF_FIRST = 4.0
+
+
+def _items(loader: DataLoader, deadline: float, wanted: int) -> tuple[list[Any], float, float, int]:
+    """Up to ``wanted`` items (at least one, then until ``deadline``), their wall and CPU
+    seconds, and how many items those seconds are of (a one-off first item left out)."""
     dataset = loader.dataset
     if isinstance(dataset, IterableDataset):
         stream = iter(dataset)
@@ -107,18 +113,21 @@ def _items(loader: DataLoader, deadline: float, wanted: int) -> tuple[list[Any],
             indices = itertools.chain.from_iterable(
                 b if isinstance(b, list) else [b] for b in iter(loader.batch_sampler or loader.sampler))
         fetch = lambda: dataset[next(indices)]  # noqa: E731
-    items, wall, cpu = [], 0.0, 0.0
+    items, walls, cpus = [], [], []
     while len(items) < wanted and (not items or time.perf_counter() < deadline):
         try:
             item, w, c = _timed(fetch)
         except StopIteration:
             break
         items.append(item)
-        wall += w
-        cpu += c
+        walls.append(w)
+        cpus.append(c)
     if not items:
         raise ValueError("the loader's dataset has no items: nothing to diagnose")
-    return items, wall, cpu
+    if len(walls) >= 3 and walls[0] > ONE_OFF_FIRST * sorted(walls[1:])[(len(walls) - 1) // 2]:
+        logger.debug("the first item took %.4f s, a one-off start: left out of the item cost", walls[0])
+        walls, cpus = walls[1:], cpus[1:]
+    return items, sum(walls), sum(cpus), len(walls)
 
 
 @contextmanager
@@ -154,7 +163,7 @@ def _probe_items(loader: DataLoader, deadline: float, batches: int) -> ItemCost:
         batch_size = max(1, len(next(iter(loader.batch_sampler))))
     else:  # no automatic batching: each item is a batch
         batch_size = 1
-    items, wall, cpu = _items(loader, deadline, batches * batch_size)
+    items, wall, cpu, timed = _items(loader, deadline, batches * batch_size)
     if batching:
         chunk = items[:batch_size]
         full = (chunk * math.ceil(batch_size / len(chunk)))[:batch_size]
@@ -163,7 +172,7 @@ def _probe_items(loader: DataLoader, deadline: float, batches: int) -> ItemCost:
     else:
         full = items[0]
         batch, collate_s, collate_cpu = _timed(lambda: loader.collate_fn(full))
-    cost = ItemCost(len(items), wall / len(items), cpu / len(items), collate_s, collate_cpu, batch_size, batch, full)
+    cost = ItemCost(timed, wall / timed, cpu / timed, collate_s, collate_cpu, batch_size, batch, full)
     logger.debug("items: %.5f s each (CPU share %.2f), collate %.5f s", cost.item_s, cost.cpu_share, collate_s)
     return cost
 

@@ -4,6 +4,9 @@
 * :mod:`~feedgpu.workflows.grade` (``feedgpu-grade``): grade a class with nbgrader, using
   :mod:`~feedgpu.workflows.inspection` (look at a submission before grading it) and
   :mod:`~feedgpu.workflows.sandbox` (run it with limits, leave no process behind);
+* :mod:`~feedgpu.workflows.check` (``feedgpu-check``): a learner grades their own notebook
+  with the same pipeline, in a scratch gradebook;
+* :mod:`~feedgpu.workflows.site` (``feedgpu-site``): the reference run as a static site;
 * :mod:`~feedgpu.workflows.bench` (``feedgpu-bench``): the course's figures.
 """
 

@@ -90,12 +90,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-def register_assignments(workdir: Path, names: list[str], source: Path = SOURCE) -> None:
+def register_assignments(workdir: Path, names: list[str], source: Path = SOURCE, pattern: str = "*") -> None:
     """Record the assignments' notebooks, cells and points in the gradebook.
 
-    One nbgrader run registers every assignment of ``source`` (its assignment id ``*`` is a
-    pattern); only a failure on one of ``names`` is an error, so an assignment that is
-    being written cannot stop the grading of the others.
+    One nbgrader run registers every assignment of ``source`` that ``pattern`` matches (an
+    assignment id, or ``*`` for all); only a failure on one of ``names`` is an error, so an
+    assignment that is being written cannot stop the grading of the others.
 
     Raises:
         RuntimeError: nbgrader could not register one of ``names``.
@@ -106,7 +106,7 @@ def register_assignments(workdir: Path, names: list[str], source: Path = SOURCE)
     released = workdir / "release"
     for name in names:  # what is left from an earlier run must not pass for this one
         shutil.rmtree(released / name, ignore_errors=True)
-    out = run_limited(_nbgrader_cmd(["generate_assignment", "*", "--force",
+    out = run_limited(_nbgrader_cmd(["generate_assignment", pattern, "--force",
                                      f"--CourseDirectory.release_directory={released}"],
                                     workdir, source), Limits(wall_s=600), cwd=ROOT, env=_env())
     missing = [name for name in names if not any((released / name).glob("*.ipynb"))]

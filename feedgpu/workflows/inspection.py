@@ -38,6 +38,7 @@ import ast
 import copy
 import logging
 import re
+import threading
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -360,9 +361,16 @@ def _is_sigint(node: ast.AST, resolve: _Resolver) -> bool:
     return _last_name(node, resolve) == "SIGINT"
 
 
+#: ``ast.parse`` is not safe in two threads at once on CPython 3.11: its AST depth counter
+#: is shared, and a race raises ``SystemError: AST constructor recursion depth mismatch``
+#: (python/cpython#106905, fixed in 3.12). ``feedgpu-grade --jobs N`` inspects in N threads.
+_PARSING = threading.Lock()
+
+
 def _parse(source: str) -> ast.Module | None:
     try:
-        return ast.parse(_without_magics(source))
+        with _PARSING:
+            return ast.parse(_without_magics(source))
     except (SyntaxError, ValueError):
         return None
 
@@ -454,7 +462,8 @@ def scan_code(source: str) -> list[str]:
         The sentences of :data:`TAMPER_PATTERNS` that apply, each once, in that order.
     """
     try:
-        tree = ast.parse(_without_magics(source))
+        with _PARSING:
+            tree = ast.parse(_without_magics(source))
     except (SyntaxError, ValueError) as err:  # ValueError: a null byte in the source
         logger.debug("cell does not parse (%s): searching it with regexes", err)
         return [what for pattern, what in TAMPER_PATTERNS if re.search(pattern, source)]

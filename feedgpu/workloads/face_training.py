@@ -51,7 +51,7 @@ __all__ = [
     "LOG_EVERY", "MEAN", "STD", "N_LANDMARKS", "BOTTLENECKS",
     "face_records", "split_records", "landmark_box", "read_face", "flip_for",
     "FaceItems", "collate_numpy", "EpochBatches", "TinyFaceClassifier",
-    "slow_loader", "slow_train_epoch", "run_epochs", "FirstBatches", "in_memory", "expected_fingerprints", "evaluate",
+    "slow_loader", "slow_train_epoch", "run_epochs", "FirstBatches", "Keeping", "expected_fingerprints", "evaluate",
     "packed_annotations", "model_input", "shuffled_order", "workers_to_keep_up", "fixed_loader",
     "fixed_train_epoch",
 ]
@@ -375,9 +375,22 @@ class FirstBatches:
         return min(self.n, len(self.loader))
 
 
-def in_memory(loader: Any) -> list[Any]:
-    """Every batch of one pass over ``loader``, kept in memory (to feed a stall-free run)."""
-    return list(loader)
+class Keeping:
+    """``loader``, keeping the batches of its last pass in :attr:`batches` as they go by, so
+    that the same batches can feed a stall-free run afterwards (from memory)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.batches: list[Any] = []
+
+    def __iter__(self):
+        self.batches = []
+        for batch in self.loader:
+            self.batches.append(batch)
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.loader)
 
 
 def expected_fingerprints(records: Sequence[Mapping[str, Any]], ids: Sequence[int],

@@ -144,7 +144,7 @@ WRONG_ANSWERS = [
             return rng.permutation(n), rng.integers(0, 1000, size=n)
     """), "test_epoch_order"),
     # train_epoch
-    wrong("train_epoch", "reads every loss at once (the slow loop's sync)", _epoch("""
+    wrong("train_epoch", "reads the loss after every step (the slow loop's sync)", _epoch("""
             logged = []
             for step, (images, labels, ids) in enumerate(loader):
                 loss = device.step(to_model_input(images), labels, ids).item()
@@ -224,5 +224,5 @@ WRONG_ANSWERS = [
     wrong("make_loader", "the last, short batch's faces left out", _loader(
         'FaceItems(pack_annotations(records[:len(records) // BATCH_SIZE * BATCH_SIZE]), output="uint8", seed=seed)',
         f"DataLoader(dataset, batch_sampler={_SAMPLER}, num_workers={_WORKERS}, persistent_workers=True)"),
-        "test_packed_annotations_in_the_loader", "test_capstone_every_sample"),
+        "test_packed_annotations_in_the_loader"),
 ]

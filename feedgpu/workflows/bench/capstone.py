@@ -12,7 +12,7 @@ The face-training loop of :mod:`feedgpu.workloads.face_training` on an
   compared (the first also starts the workers, each opening the index); target: busy
   at least 0.85;
 * its stall-free bound: the same loop and model fed the batches of one epoch from memory
-  (``in_memory``), so no step can wait for data; bound / fixed epoch says how close the
+  (the last epoch's, kept by ``Keeping``), so no step can wait for data; bound / fixed epoch says how close the
   fixed loop comes (1.0: no stall at all);
 * the fixed loop once more under *spawn* (macOS, Windows), two epochs, the second
   compared: spawned workers import torch (and open the index) before their first batch,
@@ -24,7 +24,6 @@ Validation accuracy after the two fixed epochs shows that the fixed loop still t
 from __future__ import annotations
 
 import gc
-import itertools
 import multiprocessing as mp
 import time
 import warnings
@@ -36,19 +35,10 @@ SLOW_STEPS = 20
 EPOCHS = 2
 
 
-class _Prefix:
-    """The first ``steps`` batches of each pass over ``loader``."""
-
-    def __init__(self, loader: Any, steps: int) -> None:
-        self.loader, self.steps = loader, steps
-
-    def __iter__(self):
-        return itertools.islice(iter(self.loader), self.steps)
-
-
 def _fixed_epochs(train: list, classes: int, context: str | None) -> tuple[list[dict], Any, Any]:
-    """Two epochs of the fixed loop on a fresh model: (rows, loader, model). The loader keeps
-    its persistent workers until it is collected: the caller drops it."""
+    """Two epochs of the fixed loop on a fresh model: (rows, the loader kept in a
+    :class:`~feedgpu.workloads.face_training.Keeping` with the last epoch's batches, model).
+    The loader keeps its persistent workers until it is collected: the caller drops it."""
     import torch
 
     from feedgpu.accelerator import AsyncAccelerator
@@ -59,9 +49,10 @@ def _fixed_epochs(train: list, classes: int, context: str | None) -> tuple[list[
     loader = ft.fixed_loader(train)
     if context is not None:
         loader.multiprocessing_context = context
+    keeping = ft.Keeping(loader)
     with AsyncAccelerator(ft.STEP_S, model) as device:
-        rows = ft.run_epochs(loader, ft.fixed_train_epoch, device, epochs=EPOCHS)
-    return rows, loader, model
+        rows = ft.run_epochs(keeping, ft.fixed_train_epoch, device, epochs=EPOCHS)
+    return rows, keeping, model
 
 
 def bench_capstone() -> list[Figure]:
@@ -78,7 +69,7 @@ def bench_capstone() -> list[Figure]:
     out: list[Figure] = []
 
     with AsyncAccelerator(ft.STEP_S, ft.TinyFaceClassifier(classes)) as device:
-        slow = ft.run_epochs(_Prefix(ft.slow_loader(train), SLOW_STEPS), ft.slow_train_epoch, device)[0]
+        slow = ft.run_epochs(ft.FirstBatches(ft.slow_loader(train), SLOW_STEPS), ft.slow_train_epoch, device)[0]
     slow_step_s = slow["wall_s"] / slow["steps"]
     out += [figure("capstone slow loop: busy share", slow["busy_share"], "",
                    f"first {slow['steps']} steps, {step_ms:g} ms step, 0 workers; target <= 0.4"),
@@ -90,13 +81,12 @@ def bench_capstone() -> list[Figure]:
     with warnings.catch_warnings():  # more workers than cores, on purpose: the items wait
         warnings.filterwarnings("ignore", message="This DataLoader will create")
         method = mp.get_start_method()
-        rows, loader, model = _fixed_epochs(train, classes, None)
+        rows, keeping, model = _fixed_epochs(train, classes, None)
         truth, predicted = ft.evaluate(model, val)
-        with AsyncAccelerator(ft.STEP_S, model) as device:
-            batches = ft.in_memory(loader)
-            bound = ft.run_epochs(batches, ft.fixed_train_epoch, device)[0]
-        workers = loader.num_workers
-        del loader, batches  # the loader's iterator stops its persistent workers when collected
+        with AsyncAccelerator(ft.STEP_S, model) as device:  # the last epoch's batches, from memory
+            bound = ft.run_epochs(keeping.batches, ft.fixed_train_epoch, device)[0]
+        workers = keeping.loader.num_workers
+        del keeping  # the loader's iterator stops its persistent workers when collected
         gc.collect()
         first, last = rows[0], rows[-1]
         fixed_step_s = last["wall_s"] / last["steps"]
