@@ -13,7 +13,9 @@ a copy back to the CPU). :class:`AsyncAccelerator` plays that out without a GPU:
   sleeps, so it uses almost no core). At most ``queue_depth`` steps wait in the queue:
   a host that runs further ahead waits, as CUDA's launch queue makes it.
 * :meth:`DeviceValue.item` makes the host wait for that step: a *synchronisation*,
-  counted in :attr:`AsyncAccelerator.syncs`.
+  counted in :attr:`AsyncAccelerator.syncs`. A step that fails raises there, or at the
+  next :meth:`~AsyncAccelerator.synchronize` (or the end of a ``with`` block) if nothing
+  read it.
 * :meth:`AsyncAccelerator.feed` wraps a loader: it records when the host was inside
   ``next()``, waiting for a batch.
 * :func:`step_breakdown` splits the device's time into, per step, *busy* (inside the
@@ -91,6 +93,7 @@ class DeviceValue:
         self._device._count_sync()
         self._ready.wait()
         if self._error is not None:
+            self._device._reported(self)
             raise self._error
         return float(self._value)  # type: ignore[arg-type]
 
@@ -146,6 +149,7 @@ class AsyncAccelerator:
         self._lock = threading.Lock()
         self.steps = 0
         self.syncs = 0
+        self._failed: list[DeviceValue] = []  # failed steps whose error no .item() has reported yet
         self.busy_spans: list[tuple[float, float]] = []
         self.data_spans: list[tuple[float, float]] = []
         self._batch_sizes: list[int] = []
@@ -194,9 +198,15 @@ class AsyncAccelerator:
         return value
 
     def synchronize(self) -> None:
-        """Wait until every queued step has run (``torch.cuda.synchronize()``)."""
+        """Wait until every queued step has run (``torch.cuda.synchronize()``).
+
+        Raises:
+            RuntimeError: a step failed and no ``.item()`` has reported it yet (as a GPU
+                reports a failed kernel at the next synchronisation); raised once.
+        """
         self._count_sync()
         self._queue.join()
+        self._raise_unreported()
 
     def feed(self, batches: Iterable[Any]) -> Iterator[Any]:
         """Yield the batches of ``batches``, recording each wait inside ``next()`` (and the
@@ -224,12 +234,27 @@ class AsyncAccelerator:
     def __enter__(self) -> AsyncAccelerator:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         self.close()
+        if exc_type is None:  # a failure of the block itself is the one to see
+            self._raise_unreported()
 
     def _count_sync(self) -> None:
         with self._lock:
             self.syncs += 1
+
+    def _reported(self, value: DeviceValue) -> None:
+        with self._lock:
+            if value in self._failed:
+                self._failed.remove(value)
+
+    def _raise_unreported(self) -> None:
+        with self._lock:
+            failed, self._failed = self._failed, []
+        if failed:
+            err = failed[0]._error
+            raise RuntimeError(f"{len(failed)} step(s) failed on the accelerator, the first with "
+                               f"{type(err).__name__}: {err}") from err
 
     # ----------------------------------------------------------------------- device side
 
@@ -243,8 +268,10 @@ class AsyncAccelerator:
                 start = time.perf_counter()
                 try:
                     value._value = self._train(inputs, labels)
-                except BaseException as err:  # handed to the host at .item()
+                except BaseException as err:  # handed to the host at .item(), or at the next synchronize()
                     value._error = err
+                    with self._lock:
+                        self._failed.append(value)
                 remaining = self.step_s - (time.perf_counter() - start)
                 if remaining > 0:
                     time.sleep(remaining)

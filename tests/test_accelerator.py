@@ -278,3 +278,26 @@ def test_a_loop_that_syncs_every_step_leaves_the_device_idle_while_it_loads():
     assert synced.waiting_share > 0.25, f"synced: the device waits while the host loads: {synced.summary()}"
     assert overlapped.busy_share > 0.8, f"not synced: loading hides behind the steps: {overlapped.summary()}"
     assert overlapped.busy_share > synced.busy_share + 0.15, (synced.summary(), overlapped.summary())
+
+
+def test_a_failed_step_nobody_read_is_raised_at_the_next_synchronize():
+    """As a GPU reports a failed kernel at the next synchronisation: once, and not again
+    for a failure that .item() already reported."""
+
+    class Broken(torch.nn.Linear):
+        def forward(self, x):
+            raise ValueError("bad input")
+
+    device = AsyncAccelerator(0.0, Broken(3, 2))
+    device.step(torch.zeros(2, 3), [0, 1])
+    with pytest.raises(RuntimeError, match="1 step.*ValueError: bad input"):
+        device.synchronize()
+    device.synchronize()  # reported once
+    read = device.step(torch.zeros(2, 3), [0, 1])
+    with pytest.raises(ValueError):
+        read.item()
+    device.synchronize()  # already reported by .item()
+    device.step(torch.zeros(2, 3), [0, 1])
+    with pytest.raises(RuntimeError, match="failed on the accelerator"):
+        with device:
+            pass

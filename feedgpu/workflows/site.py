@@ -436,7 +436,7 @@ def build_site(dest: Path = DEST, executed: dict[str, Path] | None = None, names
         raise SiteError(f"no solution notebook for {', '.join(unknown)} in {source}: "
                         f"the assignments are {', '.join(every) or 'none'}")
     executed = {name: Path(p) for name, p in (executed or {}).items()}
-    sources = run_sources(root) if len(executed) < len(names) else []
+    sources = run_sources(root) if any(name not in executed for name in names) else []
     pages, ran, reused = {}, [], []
     for name in tqdm(names, desc="notebooks", unit="notebook", disable=not progress):
         solution_path = source / name / f"{name}.ipynb"

@@ -170,8 +170,9 @@ def read_face(path: str, box: tuple[int, int, int, int], flip: bool) -> torch.Te
 
 
 def flip_for(aug_seed: int) -> bool:
-    """The flip of a sample whose augmentation seed is ``aug_seed`` (a fair coin)."""
-    return bool(np.random.default_rng(int(aug_seed)).random() < 0.5)
+    """The flip of a sample whose augmentation seed is ``aug_seed`` (a fair coin; any integer,
+    negative ones too, as numpy's ``int64`` range has them)."""
+    return bool(np.random.default_rng(int(aug_seed) & (2**64 - 1)).random() < 0.5)
 
 
 def _normalised_float64(image: torch.Tensor) -> np.ndarray:
@@ -281,12 +282,18 @@ class EpochBatches(Sampler):
         return math.ceil(self.n / self.batch_size)
 
     def __iter__(self):
+        # A generator on purpose: the DataLoader calls iter() on its batch sampler twice on a
+        # first pass with workers, and only the pass that is iterated may count as an epoch.
         ids, seeds = self.order(self.n, self.seed, self.epoch)
         self.epoch += 1
         ids, seeds = np.asarray(ids), np.asarray(seeds)
-        if ids.shape != (self.n,) or seeds.shape != (self.n,) or not np.array_equal(np.sort(ids), np.arange(self.n)):
-            raise ValueError(f"order(n={self.n}, ...) must return a permutation of range(n) and one seed per id; "
-                             f"got shapes {ids.shape} and {seeds.shape}")
+        if ids.shape != (self.n,) or seeds.shape != (self.n,):
+            raise ValueError(f"order(n={self.n}, ...) must return n ids and n seeds; got shapes {ids.shape} "
+                             f"and {seeds.shape}")
+        if not np.array_equal(np.sort(ids), np.arange(self.n)):
+            missing = self.n - len(np.intersect1d(ids, np.arange(self.n)))
+            raise ValueError(f"order(n={self.n}, ...) must return a permutation of range(n): {missing} of the "
+                             "ids are missing (or repeated, or out of range)")
         keys = [(int(i), int(s)) for i, s in zip(ids, seeds)]
         for start in range(0, self.n, self.batch_size):
             yield keys[start:start + self.batch_size]
