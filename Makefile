@@ -10,6 +10,7 @@ DATA_HOME   := data
 SYNTHETIC   := $(DATA_HOME)/lfw-synthetic/.complete
 REAL        := $(DATA_HOME)/lfw-real/.complete
 SUBMISSIONS ?= submitted
+JOBS        ?= 1
 NB          ?=
 PYTEST_ARGS ?=
 LAB_ARGS    ?=
@@ -60,9 +61,9 @@ objectstore: $(STAMP) $(if $(filter real,$(LFW)),$(REAL),$(SYNTHETIC))
 release: $(STAMP)
 	$(VENV)/bin/feedgpu-release
 
-# Grade every SUBMISSIONS/<student>/<assignment>/ with nbgrader; writes grading/grades.csv.
+# Grade every SUBMISSIONS/<student>/<assignment>/ with nbgrader, JOBS at once; writes grading/grades.csv.
 grade: $(STAMP) $(SYNTHETIC)
-	$(VENV)/bin/feedgpu-grade $(SUBMISSIONS)
+	$(VENV)/bin/feedgpu-grade $(SUBMISSIONS) --jobs $(JOBS)
 
 # Check your own notebook with the instructor's tests, hidden ones too: make check NB=03 (all when NB is empty).
 check: $(STAMP) $(SYNTHETIC)
