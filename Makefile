@@ -11,6 +11,7 @@ SYNTHETIC   := $(DATA_HOME)/lfw-synthetic/.complete
 REAL        := $(DATA_HOME)/lfw-real/.complete
 SUBMISSIONS ?= submitted
 JOBS        ?= 1
+SCHEDULER   ?=
 NB          ?=
 PYTEST_ARGS ?=
 LAB_ARGS    ?=
@@ -61,9 +62,9 @@ objectstore: $(STAMP) $(if $(filter real,$(LFW)),$(REAL),$(SYNTHETIC))
 release: $(STAMP)
 	$(VENV)/bin/feedgpu-release
 
-# Grade every SUBMISSIONS/<student>/<assignment>/ with nbgrader, JOBS at once; writes grading/grades.csv.
+# Grade every SUBMISSIONS/<student>/<assignment>/ not graded yet, on JOBS local workers or the Dask cluster at SCHEDULER.
 grade: $(STAMP) $(SYNTHETIC)
-	$(VENV)/bin/feedgpu-grade $(SUBMISSIONS) --jobs $(JOBS)
+	$(VENV)/bin/feedgpu-grade $(SUBMISSIONS) --jobs $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 
 # Check your own notebook with the instructor's tests, hidden ones too: make check NB=03 (all when NB is empty).
 check: $(STAMP) $(SYNTHETIC)

@@ -21,8 +21,11 @@ a copy back to the CPU). :class:`AsyncAccelerator` plays that out without a GPU:
 * :func:`step_breakdown` splits the device's time into, per step, *busy* (inside the
   step), *waiting for data* (idle while the host was inside ``next()``) and *other*
   (idle while the host was doing anything else: a synchronisation, converting the
-  batch, logging): the idle-time breakdown that Holistic Trace Analysis
-  (``hta.get_temporal_breakdown``, ``get_idle_time_breakdown``) reports for a real GPU.
+  batch, logging). Holistic Trace Analysis splits a real GPU's time the same way
+  (``hta.get_temporal_breakdown``: busy and idle; ``get_idle_time_breakdown``: idle by
+  cause, *host wait*, *kernel wait* and *other*); here the device runs one step at a
+  time, so there is no kernel wait, and the host's wait is split by what the host was
+  doing: inside ``next()`` (data) or anything else.
 
 The accelerator also keeps what each step received (sample ids, labels, the input's
 shape, and a :func:`fingerprint` per sample), so that a grader can check that an epoch fed every

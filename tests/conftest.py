@@ -27,8 +27,8 @@ from grading_fixtures import (
     SOLUTIONS,
     course_notebooks,
     delegating_version,
-    on_spawn,
     student_version,
+    with_fresh_workers,
     write_submission,
 )
 
@@ -108,9 +108,10 @@ def tiny_release(tmp_path_factory) -> Path:
 
 @dataclass
 class CourseGrading:
-    """The course graded once: ``ada_solution`` hands in every solution from a machine whose
-    DataLoader workers start with *spawn* (macOS, Windows: :func:`on_spawn`), so every
-    worker-starting cell of the course runs once under spawn; ``bob_untouched`` hands in
+    """The course graded once: ``ada_solution`` hands in every solution with DataLoader
+    workers that start from a fresh interpreter and get their dataset pickled, as under
+    spawn on macOS and Windows (:func:`with_fresh_workers`), so every worker-starting cell
+    of the course runs once the way it must work there; ``bob_untouched`` hands in
     every release notebook as it was given (and a stray folder that is no assignment),
     ``cy_delegates`` the solution of :data:`DELEGATING` with each answer that the course's
     own code could do written as a call of that code."""
@@ -147,7 +148,7 @@ def course_grading(tmp_path_factory) -> CourseGrading:
             continue  # not released yet: test_release_has_every_assignment says so, and no grade is found
         released = nbformat.read(RELEASE / name / f"{name}.ipynb", 4)
         solution = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", 4)
-        write_submission(subs, "ada_solution", name, on_spawn(student_version(solution, released)))
+        write_submission(subs, "ada_solution", name, with_fresh_workers(student_version(solution, released)))
         write_submission(subs, "bob_untouched", name, released)
         if name == DELEGATING:
             write_submission(subs, "cy_delegates", name, delegating_version(solution, released))

@@ -27,9 +27,13 @@ import psutil
 import pytest
 
 from feedgpu.workflows import grade
-from feedgpu.workflows.sandbox import Limits
+from feedgpu.workflows.sandbox import REGISTRY
 from grading_fixtures import (
     FIXTURE_SOURCE,
+    Cluster,
+    graded_losing_a_worker,
+    SMALL_CELL_TIMEOUT,
+    SMALL_LIMITS,
     SPAWN_CELL,
     TINY,
     cell,
@@ -44,10 +48,8 @@ from grading_fixtures import (
 )
 
 SOLUTION = FIXTURE_SOURCE / TINY / f"{TINY}.ipynb"
-# Small limits, so that each bad submission costs seconds: the fixture's good submission
-# takes about 10 s, 1 GB and 5 processes on 2 busy cores.
-LIMITS = Limits(wall_s=120, memory_mb=2500, max_processes=16)
-CELL_TIMEOUT = 10
+LIMITS, CELL_TIMEOUT = SMALL_LIMITS, SMALL_CELL_TIMEOUT
+LOST = "ada_good"  # the student whose worker dies in the middle of the grading
 
 pytestmark = pytest.mark.grading
 
@@ -107,12 +109,15 @@ def tiny_class(tmp_path_factory, tiny_release):
     (subs / "erin_broken" / TINY).mkdir(parents=True)  # not a notebook at all
     (subs / "erin_broken" / TINY / f"{TINY}.ipynb").write_text('{"cells": [ <<<<<<< HEAD')
     workdir = subs.parent / "grading"
-    # two at a time, as the session grading of the course does: each has its own sandbox and limits
-    results = grade.grade_class(subs, workdir, LIMITS, CELL_TIMEOUT, progress=False, source=FIXTURE_SOURCE, jobs=2)
-    with (workdir / grade.CSV_NAME).open() as f:
-        rows = {r["student"]: r for r in csv.DictReader(f)}
+    # On a Dask cluster of three workers that join by address, as machines would; the one
+    # that grades ada_good is killed as it starts (a machine lost), so two grade the rest,
+    # two at a time as the session grading of the course does, each in its own sandbox.
+    with Cluster(subs.parent, workers=3) as cluster:
+        results, killed = graded_losing_a_worker(cluster, LOST, lambda: grade.grade_class(
+            subs, workdir, LIMITS, CELL_TIMEOUT, progress=False, source=FIXTURE_SOURCE, scheduler=cluster.address))
     return {"subs": subs, "workdir": workdir, "results": {r.student: r for r in results},
-            "rows": rows, "solution": solution, "tests": tests}
+            "rows": _csv_rows(workdir), "csv": (workdir / grade.CSV_NAME).read_text(),
+            "solution": solution, "tests": tests, "killed": killed, "listed": results}
 
 
 def _code(row) -> float:
@@ -163,7 +168,8 @@ def test_memory_bomb_and_fork_bomb_are_stopped_by_their_limits(tiny_class):
     rows = tiny_class["rows"]
     assert "memory limit" in rows["bad_memory_bomb"]["reason"], rows["bad_memory_bomb"]
     assert f"processes (limit {LIMITS.max_processes})" in rows["bad_fork_bomb"]["reason"], rows["bad_fork_bomb"]
-    assert float(rows["bad_memory_bomb"]["peak_memory_mb"]) > LIMITS.memory_mb, rows["bad_memory_bomb"]
+    bomb = tiny_class["results"]["bad_memory_bomb"]  # its peak is in status.json, not in the grades
+    assert bomb.peak_memory_mb > LIMITS.memory_mb, bomb
 
 
 def test_dead_kernel_and_deaf_loop_say_why(tiny_class):
@@ -262,6 +268,65 @@ def test_process_table_is_clean_afterwards(tiny_class):
     assert left == [], left
 
 
+def test_a_worker_lost_in_the_middle_costs_one_more_grading_and_nothing_else(tiny_class):
+    """The worker grading ada_good was killed: ada was graded again by another, recorded
+    once (one row, one submission in the gradebook, full marks), and nothing that the dead
+    worker's grading started is left running."""
+    from nbgrader.api import Gradebook
+
+    assert tiny_class["killed"], f"no worker was seen grading {LOST}"
+    listed = [r.student for r in tiny_class["listed"]]
+    assert sorted(listed) == sorted(set(listed)) == sorted(tiny_class["rows"]), "each submission once"
+    lost = tiny_class["results"][LOST]
+    assert lost.status == "graded" and _code(tiny_class["rows"][LOST]) == float(lost.max_code_score), lost
+    with Gradebook(f"sqlite:///{tiny_class['workdir'] / 'gradebook.db'}") as gb:
+        ids = [sub.student.id for sub in gb.find_assignment(TINY).submissions]
+    assert len(ids) == len(set(ids)) and set(ids) <= set(tiny_class["rows"]), ids
+    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
+            if f"--student={LOST}" in (p.info["cmdline"] or [])]
+    assert left == [], f"the dead worker's grading still runs: {left}"
+    listed = sorted(REGISTRY.glob("*.json")) if REGISTRY.is_dir() else []
+    assert listed == [], f"the class's end stopped what the dead worker's grading had started: {listed}"
+
+
+def _csv_rows(workdir: Path) -> dict[str, dict]:
+    with (workdir / grade.CSV_NAME).open() as f:
+        return {r["student"]: r for r in csv.DictReader(f)}
+
+
+MISSING = ("ada_good", "carol_edits_tests")  # their grades were never saved: the run stopped first
+
+
+@pytest.fixture(scope="module")
+def resumed(tiny_class, tmp_path_factory) -> dict:
+    """The class's working folder as a run stopped half-way would leave it (no grade saved
+    for :data:`MISSING`), graded again by ``feedgpu-grade --jobs 1``."""
+    workdir = tmp_path_factory.mktemp("resumed") / "grading"
+    shutil.copytree(tiny_class["workdir"], workdir)
+    status = json.loads((workdir / grade.STATUS_NAME).read_text())
+    for student in MISSING:
+        del status[f"{student}/{TINY}"]
+    (workdir / grade.STATUS_NAME).write_text(json.dumps(status))
+    (workdir / grade.CSV_NAME).unlink()
+    results = grade.grade_class(tiny_class["subs"], workdir, LIMITS, CELL_TIMEOUT, progress=False,
+                                source=FIXTURE_SOURCE, jobs=1)
+    return {"workdir": workdir, "results": results}
+
+
+def test_a_run_stopped_half_way_grades_only_what_is_missing_on_one_worker_as_on_many(tiny_class, resumed):
+    """Run again, the grading grades the two submissions with no saved grade, on one local
+    worker, and keeps the others: the CSV is byte for byte the one the cluster of machines
+    wrote (scores, status, reasons, notes, flags, order). Once nothing is missing, a run
+    grades nothing and does not even register the assignment again."""
+    assert sorted(r.student for r in resumed["results"]) == sorted(MISSING), resumed["results"]
+    assert (resumed["workdir"] / grade.CSV_NAME).read_text() == tiny_class["csv"]
+    gradebook = resumed["workdir"] / "gradebook.db"
+    before = gradebook.stat().st_mtime_ns
+    assert grade.grade_class(tiny_class["subs"], resumed["workdir"], LIMITS, CELL_TIMEOUT, progress=False,
+                             source=FIXTURE_SOURCE) == [], "graded again although nothing was missing"
+    assert gradebook.stat().st_mtime_ns == before, "nothing to grade, nothing written to the gradebook"
+
+
 def _no_network_prefix() -> list[str]:
     """A command prefix that runs without network: a new network namespace with only
     loopback up (Jupyter kernels talk to nbgrader over 127.0.0.1)."""
@@ -307,7 +372,8 @@ def test_second_run_gives_the_same_scores_offline_and_keeps_every_grade(tiny_cla
         shutil.copytree(tiny_class["subs"] / student, again / student)
     proc = _grade_cli(str(again), "--workdir", str(workdir), "--source", str(FIXTURE_SOURCE),
                       "--cell-timeout", str(CELL_TIMEOUT), "--memory-mb", str(LIMITS.memory_mb),
-                      "--jobs", "2", prefix=prefix)
+                      "--timeout", str(LIMITS.wall_s), "--max-processes", str(LIMITS.max_processes),
+                      "--jobs", "2", "--regrade", prefix=prefix)
     assert proc.returncode == 0, proc.stderr[-2000:]
     if prefix:
         offline = subprocess.run([*prefix, sys.executable, "-c",

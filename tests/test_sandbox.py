@@ -70,3 +70,44 @@ def test_orphans_and_new_sessions_are_killed_at_the_end():
     alive = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
              if p.info["cmdline"] and p.info["cmdline"][:2] in (["sleep", "300"], ["sleep", "301"])]
     assert alive == [], alive
+
+
+# A grading whose own process dies: the watchdog runs inside it (a Dask worker), so it
+# cannot stop what it started. The command it ran dies with it (Linux's parent-death
+# signal); a process of another session that the command started survives, listed in
+# the registry, until reap_orphans() stops it.
+DIES_WITH_ITS_COMMAND = """
+import subprocess, sys, time
+from feedgpu.workflows.sandbox import Limits, run_limited
+run_limited(["sh", "-c", "setsid sleep 300 & echo $! > " + sys.argv[1] + "; sleep 300"], Limits(wall_s=600))
+"""
+
+
+def test_what_a_dead_watchdog_started_is_reaped(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from feedgpu.workflows.sandbox import reap_orphans
+
+    pid_file = tmp_path / "orphan.pid"
+    owner = subprocess.Popen([PY, "-c", DIES_WITH_ITS_COMMAND, str(pid_file)])
+    deadline = time.monotonic() + 60
+    while not (pid_file.is_file() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    orphan = psutil.Process(int(pid_file.read_text()))
+    shell = [p for p in psutil.Process(owner.pid).children() if p.name() == "sh"]
+    assert shell, "the command runs under the watchdog's process"
+    time.sleep(1.5)  # the watchdog has recorded the orphan's session by now (it polls every 0.1 s)
+    owner.send_signal(signal.SIGKILL)
+    owner.wait()
+    psutil.wait_procs(shell, timeout=10)
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in shell), \
+        "the command dies with the process that watched it"
+    assert orphan.is_running() and os.getsid(orphan.pid) == orphan.pid, \
+        "the sleep in a session of its own outlives the watchdog until it is reaped"
+    assert reap_orphans() >= 1
+    psutil.wait_procs([orphan], timeout=10)
+    assert not orphan.is_running() or orphan.status() == psutil.STATUS_ZOMBIE, "reaped"
+    assert reap_orphans() == 0, "nothing is reaped twice"

@@ -21,7 +21,7 @@ import pytest
 from PIL import Image
 
 from feedgpu.workflows import site
-from grading_fixtures import FIXTURE_SOURCE, RELEASE, SOLUTIONS, SPAWN_CELL, TINY, course_notebooks
+from grading_fixtures import FIXTURE_SOURCE, FRESH_WORKERS_CELL, RELEASE, SOLUTIONS, TINY, course_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -324,17 +324,17 @@ def test_a_failing_notebook_is_named_in_one_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def course_site(course_grading, tmp_path_factory):
-    """The course's site, built from the solutions that the session's grading executed (under
-    spawn: their extra first cell is dropped, and the banner says spawn)."""
+    """The course's site, built from the solutions that the session's grading executed (with
+    fresh workers: their extra first cell is dropped, and the banner says forkserver)."""
     names = course_notebooks()
     base = tmp_path_factory.mktemp("site")
     executed = {}
     for name in names:
         nb = course_grading.autograded("ada_solution", name)
-        nb.cells = [c for c in nb.cells if c.source != SPAWN_CELL]
+        nb.cells = [c for c in nb.cells if c.source != FRESH_WORKERS_CELL]
         path = base / "executed" / f"{name}.ipynb"
         path.parent.mkdir(exist_ok=True)
-        nbformat.write(stamped(nb, start_method="spawn"), path)
+        nbformat.write(stamped(nb, start_method="forkserver"), path)
         executed[name] = path
     summary = site.build_site(base / "site", executed, names, cache=base / "cache", src=base / "src",
                               progress=False)
@@ -402,7 +402,7 @@ def test_course_site_pages_carry_the_banner_and_load_nothing_remote(course_site)
         assert not re.search(r"<script\b[^>]*mathjax", page, re.I), f"{doc}.html loads MathJax"
         if doc not in ("index", "diagnose"):
             assert page_text(page).count("Reference run on ") == 1, f"{doc}.html: no banner"
-            assert "spawn start method" in page_text(page), f"{doc}.html: the banner should say spawn"
+            assert "forkserver start method" in page_text(page), f"{doc}.html: the banner names the start method"
     for css in course_site.dest.rglob("*.css"):
         assert not REMOTE.search(css.read_text(encoding="utf-8")), f"{css.name} loads something remote"
     if "04_augmentation" in course_site.pages:

@@ -1,7 +1,8 @@
 """The course's workflows behind the Makefile, each with a console command.
 
 * :mod:`~feedgpu.workflows.release` (``feedgpu-release``): the student release from the solutions;
-* :mod:`~feedgpu.workflows.grade` (``feedgpu-grade``): grade a class with nbgrader, using
+* :mod:`~feedgpu.workflows.grade` (``feedgpu-grade``): grade a class with nbgrader, on
+  :mod:`~feedgpu.workflows.cluster` (a Dask cluster: local workers or your machines), using
   :mod:`~feedgpu.workflows.inspection` (look at a submission before grading it) and
   :mod:`~feedgpu.workflows.sandbox` (run it with limits, leave no process behind);
 * :mod:`~feedgpu.workflows.check` (``feedgpu-check``): a learner grades their own notebook

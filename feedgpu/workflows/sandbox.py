@@ -7,17 +7,27 @@ command runs in a session of its own; a watchdog polls its processes (psutil) an
 them all when a limit is passed. Processes are followed by *session*, not only by
 parentage: a Jupyter kernel starts in a session of its own, and workers orphaned by a
 crashed kernel are re-parented to init but keep their session, so nothing escapes.
+
+If the process that runs the watchdog dies itself (a Dask worker killed in the middle of a
+grading), its command is killed with it on Linux (the parent-death signal), and every
+session it was watching is listed in a small file under :data:`REGISTRY`:
+:func:`reap_orphans`, called before each grading on the machine and at the end of a
+class, kills the sessions of owners that are gone.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
 import logging
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
@@ -90,16 +100,82 @@ def _memory_mb(procs: list[psutil.Process], proportional: bool = False) -> float
     return memory_of(procs, "pss" if proportional else "rss", fallback="rss") / 2**20
 
 
-def kill_sessions(sessions: set[int]) -> int:
-    """SIGKILL every process of ``sessions``; return how many were alive."""
-    procs = processes_in(sessions)
-    for p in procs:
+def kill_sessions(sessions: set[int], created_before: float | None = None) -> int:
+    """SIGKILL every process of ``sessions`` (only those started before the time
+    ``created_before``, when given); return how many were alive."""
+    killed: set[int] = set()
+    for _ in range(20):  # again, until none is left: a fork bomb forks between a look and a kill
+        procs = [p for p in processes_in(sessions) if p.pid not in killed
+                 and (created_before is None or _created(p) < created_before)]
+        if not procs:
+            break
+        for p in procs:
+            try:
+                p.send_signal(signal.SIGKILL)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        psutil.wait_procs(procs, timeout=5)
+        killed.update(p.pid for p in procs)
+    return len(killed)
+
+
+#: One file per running command, listing the sessions its watchdog follows.
+REGISTRY = Path(tempfile.gettempdir()) / f"feedgpu-sandbox-{os.getuid()}"
+
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGKILL it when the thread that started
+    it dies (that thread waits in :func:`run_limited` until the command ends)."""
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _created(proc: psutil.Process) -> float:
+    try:
+        return proc.create_time()
+    except psutil.Error:
+        return float("inf")
+
+
+def _owner() -> str:
+    """This process, as a registry file names it: pid and start time (pids are reused)."""
+    return f"{os.getpid()}-{psutil.Process().create_time():.3f}"
+
+
+def _write_registry(path: Path, sessions: set[int]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(sorted(sessions)))
+    tmp.replace(path)
+
+
+def reap_orphans() -> int:
+    """Kill the sessions of every command whose watchdog's process is gone; return how
+    many processes were alive in them.
+
+    The watchdog touches its file every second, so a process started well after the file's
+    last change is no part of that command (a session id reused since) and is spared.
+    """
+    killed = 0
+    for path in sorted(REGISTRY.glob("*.json")) if REGISTRY.is_dir() else []:
         try:
-            p.send_signal(signal.SIGKILL)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pid, started, _ = path.name.split("-", 2)
+            owner = psutil.Process(int(pid))
+            if f"{owner.create_time():.3f}" == started and owner.status() != psutil.STATUS_ZOMBIE:
+                continue  # its watchdog still runs
+        except (ValueError, psutil.NoSuchProcess):
             pass
-    psutil.wait_procs(procs, timeout=5)
-    return len(procs)
+        try:
+            sessions, last_seen = set(json.loads(path.read_text())), path.stat().st_mtime
+        except (OSError, ValueError):
+            sessions, last_seen = set(), 0.0
+        found = kill_sessions(sessions, created_before=last_seen + 5.0)
+        if found:
+            logger.warning("killed %d processes left by a grading whose process died", found)
+        killed += found
+        path.unlink(missing_ok=True)
+    return killed
 
 
 def run_limited(cmd: list[str], limits: Limits = Limits(), *, cwd: str | os.PathLike | None = None,
@@ -111,14 +187,28 @@ def run_limited(cmd: list[str], limits: Limits = Limits(), *, cwd: str | os.Path
     """
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        REGISTRY.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=_owner() + "-", suffix=".json", dir=REGISTRY)
+        os.close(fd)
+        registry = Path(name)
+        try:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=err,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=_die_with_parent if _LIBC is not None else None)
+        except BaseException:
+            registry.unlink(missing_ok=True)
+            raise
         root = psutil.Process(proc.pid)
         sessions = {proc.pid}
-        killed_for, peak_mb, peak_n, last_pss = None, 0.0, 1, 0.0
+        _write_registry(registry, sessions)
+        killed_for, peak_mb, peak_n, last_pss, last_touch = None, 0.0, 1, 0.0, time.time()
         try:
             while proc.poll() is None:
+                known = len(sessions)
                 procs = _track(root, sessions)
+                if len(sessions) != known or time.time() - last_touch > 1.0:
+                    _write_registry(registry, sessions)  # also says "still watching"
+                    last_touch = time.time()
                 rss = _memory_mb(procs)
                 peak_mb, peak_n = max(peak_mb, rss), max(peak_n, len(procs))
                 now = time.perf_counter()
@@ -139,6 +229,7 @@ def run_limited(cmd: list[str], limits: Limits = Limits(), *, cwd: str | os.Path
             proc.wait()
         finally:
             leftovers = kill_sessions(sessions)
+            registry.unlink(missing_ok=True)
         out.seek(0)
         err.seek(0)
         return Outcome(proc.returncode, out.read(), err.read(), time.perf_counter() - start,

@@ -225,4 +225,8 @@ WRONG_ANSWERS = [
         'FaceItems(pack_annotations(records[:len(records) // BATCH_SIZE * BATCH_SIZE]), output="uint8", seed=seed)',
         f"DataLoader(dataset, batch_sampler={_SAMPLER}, num_workers={_WORKERS}, persistent_workers=True)"),
         "test_packed_annotations_in_the_loader"),
+    wrong("make_loader", "faces that no longer wait for storage: a cheaper item, not a faster loop", _loader(
+        'FaceItems(pack_annotations(records), output="uint8", seed=seed, wait_s=0, open_s=0)',
+        f"DataLoader(dataset, batch_sampler={_SAMPLER}, num_workers={_WORKERS}, persistent_workers=True)"),
+        "test_capstone_busy", "test_capstone_every_sample"),
 ]

@@ -324,19 +324,29 @@ def bench_grading(names: tuple[str, ...] = ("00_orientation", "01_dataset")) -> 
     return out
 
 
-def bench_grading_class(students: int = 15) -> list[Figure]:
-    """Time to grade a class: ``students`` x (00, 01) = 30 submissions of the solutions."""
+def bench_grading_class(students: int = 8, workers: tuple[int, ...] = (1, 2)) -> list[Figure]:
+    """Submissions per minute on a local Dask cluster of 1 and of 2 workers: the same class,
+    ``students`` x (00, 01) submissions of the solutions, graded from scratch each time."""
     from .. import grade
 
+    out, rate = [], {}
     with tempfile.TemporaryDirectory(dir=ROOT / "build") as tmp:
         subs = _class_of(students, ["00_orientation", "01_dataset"], Path(tmp))
-        start = time.perf_counter()
-        results = grade.grade_class(subs, Path(tmp) / "grading", progress=True)
-        seconds = time.perf_counter() - start
-    graded = sum(r.status == "graded" for r in results)
-    return [figure(f"grade {len(results)} submissions", seconds, "s", f"{graded} graded"),
-            figure("grading time per submission", seconds / len(results), "s"),
-            figure("peak grading memory, class", max(r.peak_memory_mb or 0 for r in results), "MB")]
+        for n in workers:
+            start = time.perf_counter()
+            results = grade.grade_class(subs, Path(tmp) / f"grading-{n}", progress=True, jobs=n)
+            seconds = time.perf_counter() - start
+            graded = sum(r.status == "graded" for r in results)
+            rate[n] = len(results) / seconds * 60
+            out += [figure(f"grade {len(results)} submissions, {n} worker(s)", seconds, "s",
+                           f"{graded} graded; registration, cluster start and feedback included"),
+                    figure(f"submissions per minute, {n} worker(s)", rate[n], "1/min"),
+                    figure(f"peak grading memory, {n} worker(s)", max(r.peak_memory_mb or 0 for r in results), "MB",
+                           "of one submission's processes")]
+    if len(workers) > 1:
+        out.append(figure(f"grading speed-up, {workers[-1]} vs {workers[0]} worker(s)",
+                          rate[workers[-1]] / rate[workers[0]], "x", f"on {os.cpu_count()} cores"))
+    return out
 
 
 def _beyond_one_process() -> dict[str, Callable[[], list[Figure]]]:

@@ -1,0 +1,65 @@
+"""The parts of grading on a Dask cluster that need no nbgrader: what travels to a worker
+and back, the fingerprint that decides what is graded again, and the README's SLURM
+example. A class graded on a cluster that loses a worker, on one worker, and resumed is in
+``test_grading_robust.py`` (the fixture class is graded there once).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+# --------------------------------------------------------------------------- the parts, without nbgrader
+
+
+def test_a_tree_travels_whole_and_cannot_write_outside_its_folder(tmp_path):
+    from feedgpu.workflows.cluster import read_tree, write_tree
+
+    files = {"a.ipynb": b"{}", "sub/mod.py": b"x = 1\n", "empty.txt": b""}
+    write_tree(tmp_path / "one", files)
+    (tmp_path / "one" / ".ipynb_checkpoints").mkdir()
+    (tmp_path / "one" / ".ipynb_checkpoints" / "a-checkpoint.ipynb").write_bytes(b"old")
+    assert read_tree(tmp_path / "one") == dict(sorted(files.items()))
+    assert read_tree(tmp_path / "missing") == {}
+    for bad in ("../escape.py", "/etc/passwd", "sub/../../escape.py"):
+        with pytest.raises(ValueError):
+            write_tree(tmp_path / "two", {bad: b""})
+    assert not (tmp_path / "escape.py").exists()
+
+
+def test_the_fingerprint_changes_with_what_decides_a_grade():
+    from feedgpu.workflows.cluster import digest
+
+    source, hand_in = {"tiny.ipynb": b"tests v1"}, {"tiny.ipynb": b"answers"}
+    base = digest(source, hand_in, extra="tiny\0limits")
+    assert base == digest(dict(source), dict(hand_in), extra="tiny\0limits"), "the same contents, the same print"
+    assert base != digest({"tiny.ipynb": b"tests v2"}, hand_in, extra="tiny\0limits"), "the instructor fixed a test"
+    assert base != digest(source, {"tiny.ipynb": b"answers!"}, extra="tiny\0limits"), "handed in again"
+    assert base != digest(source, {**hand_in, "notes.py": b""}, extra="tiny\0limits"), "a file added"
+    assert base != digest(source, {"other.ipynb": b"answers"}, extra="tiny\0limits"), "a file renamed"
+    assert base != digest(source, hand_in, extra="tiny\0other limits"), "other limits"
+    assert digest({"ab": b"c"}, {}) != digest({"a": b"bc"}, {}), "names and contents do not run together"
+
+
+def test_the_readme_slurm_example_makes_a_job_of_two_graders():
+    """The README's dask-jobqueue example, up to submitting jobs: its job script starts two
+    one-thread workers with the course's Python, and no nanny memory limit below the sandbox's."""
+    import re
+
+    from feedgpu.workflows import COURSE_ROOT
+
+    text = (COURSE_ROOT / "README.md").read_text()
+    example = re.search(r"```python\n(# graders\.py.*?)```", text, re.S)
+    assert example, "the README has the SLURM example"
+    code = example.group(1).split("cluster.scale(")[0]  # no sbatch here
+    scope: dict = {}
+    exec(compile(code, "graders.py", "exec"), scope)  # noqa: S102 (our own README)
+    cluster = scope["cluster"]
+    try:
+        script = cluster.job_script()
+    finally:
+        cluster.close()
+    assert str(COURSE_ROOT / ".venv" / "bin" / "python") in script or ".venv/bin/python" in script, script
+    assert "distributed.cli.dask_worker" in script and "--nworkers 2" in script and "--nthreads 1" in script, script
+    memory = re.search(r"--memory-limit ([\d.]+)GiB", script)
+    assert memory and float(memory.group(1)) >= 4.0, f"each grader has room for a 4 GB sandbox: {script}"
