@@ -101,3 +101,19 @@ def test_memory_bench_counts_copies_of_the_list_not_of_the_buffer():
     copied = sum(r.alone for r in reports["list"])
     assert copied >= 0.5 * reports["list"][0].total, f"the list's workers copied what they read: {reports['list']}"
     assert sum(r.alone for r in reports["buffer"]) <= 0.02 * copied, f"the buffer stays shared: {reports['buffer']}"
+
+
+@pytest.mark.slow
+def test_the_grading_bench_splits_a_notebook_by_what_its_cells_are(tmp_path):
+    """The fixture's solution: its tests (one starts two DataLoader workers) take longer
+    than its answers (two def statements); the parts and the kernel's start add up."""
+    import shutil
+
+    from feedgpu.workflows.bench.grading import ROLES, execute_by_role
+    from grading_fixtures import FIXTURE_SOURCE, TINY
+
+    shutil.copy(FIXTURE_SOURCE / TINY / f"{TINY}.ipynb", tmp_path)
+    took = execute_by_role(tmp_path / f"{TINY}.ipynb")
+    assert took["tests"] > took["answers"] >= 0, took
+    assert took["kernel start and stop"] > 0 and all(took[role] >= 0 for role in ROLES), took
+    assert sum(took[role] for role in (*ROLES, "kernel start and stop")) == pytest.approx(took["total"]), took

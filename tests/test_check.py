@@ -132,3 +132,17 @@ def test_the_command_exits_2_with_one_line_and_no_traceback(tmp_path):
     assert proc.returncode == 2, proc
     assert proc.stderr.startswith("error: no notebook matches '09'") and proc.stderr.count("\n") == 1, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("no_such_folder", "no instructor's tests at"),
+    ("empty", "has no assignment 00_orientation"),
+])
+def test_missing_instructor_tests_are_one_line_too(tmp_path, source, expected):
+    """Without solutions/ (a copy of the release alone), or without this notebook's tests."""
+    root = _notebooks(tmp_path, "00_orientation")
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "feedgpu.workflows.check", "00", "--notebooks", str(root),
+                           "--source", str(tmp_path / source)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout

@@ -184,8 +184,12 @@ def check_notebook(name: str, *, notebooks: Path = RELEASE, source: Path = SOURC
     """
     notebooks, source = Path(notebooks).resolve(), Path(source).resolve()
     assignment, path = find_notebook(name, notebooks)
+    if not source.is_dir():
+        raise CheckError(f"no instructor's tests at {source}: run the check from a clone of the course "
+                         "(it holds solutions/), or point --source at them")
     if assignment not in assignments(source):
-        raise CheckError(f"{source} has no assignment {assignment}: the instructor's tests are not in this copy")
+        raise CheckError(f"{source} has no assignment {assignment}: the instructor's tests are not in this copy; "
+                         "update it (git pull) or point --source at a copy that has them")
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="feedgpu-check-") as tmp:
@@ -193,7 +197,11 @@ def check_notebook(name: str, *, notebooks: Path = RELEASE, source: Path = SOURC
         submitted.mkdir(parents=True)
         (submitted / path.name).write_bytes(path.read_bytes())
         workdir = Path(tmp) / "grading"
-        _register(workdir, assignment, source, feedback_dir / ".registered")
+        try:
+            _register(workdir, assignment, source, feedback_dir / ".registered")
+        except RuntimeError as err:  # nbgrader could not read the instructor's notebook
+            raise CheckError(f"nbgrader could not register {assignment} from {source}: "
+                             f"{str(err).splitlines()[-1][:200]}") from None
         result = grade_one(workdir, submitted.parents[1], STUDENT, assignment, limits, cell_timeout, source)
         generate_feedback(workdir, [result], source)
         autograded = workdir / "autograded" / STUDENT / assignment / path.name

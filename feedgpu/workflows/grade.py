@@ -171,9 +171,13 @@ def cell_errors(notebook: Path, cell_timeout: float) -> list[str]:
     for i, cell in enumerate(nbformat.read(notebook, as_version=4).cells):
         where = cell.metadata.get("nbgrader", {}).get("grade_id") or f"cell {i}"
         outputs = cell.get("outputs", [])
-        error = next((out for out in outputs if out.get("output_type") == "error"), None)
+        errors = [out for out in outputs if out.get("output_type") == "error"]
+        error = next(iter(errors), None)
         if error is not None:
-            if error.get("ename") in ("KeyboardInterrupt", "CellTimeoutError"):
+            timeout = next((out for out in errors if out.get("ename") == "CellTimeoutError"), None)
+            if timeout is not None and timeout.get("evalue"):  # execution.py says which limit
+                notes.append(f"{where}: {timeout['evalue']}")
+            elif error.get("ename") in ("KeyboardInterrupt", "CellTimeoutError"):
                 notes.append(f"{where} ran past the {cell_timeout:.0f} s limit per cell")
             elif not where.startswith("test_"):  # failed tests are in the feedback already
                 notes.append(f"{where} raised {error.get('ename')}")

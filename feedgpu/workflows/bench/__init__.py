@@ -288,70 +288,10 @@ def bench_notebooks(names: tuple[str, ...] | None = None) -> list[Figure]:
     return out
 
 
-# --------------------------------------------------------------------------- grading
-
-
-def _class_of(students: int, names: list[str], root: Path) -> Path:
-    """``root/submitted/<student>/<assignment>/`` holding the solutions, for ``students`` students."""
-    import shutil
-
-    subs = root / "submitted"
-    for k in range(students):
-        for name in names:
-            (subs / f"student{k:03d}" / name).mkdir(parents=True)
-            shutil.copy(ROOT / "solutions" / name / f"{name}.ipynb", subs / f"student{k:03d}" / name)
-    return subs
-
-
-def bench_grading(names: tuple[str, ...] = ("00_orientation", "01_dataset")) -> list[Figure]:
-    """Grading one submission vs executing the notebook; peak memory while grading."""
-    from .. import grade
-
-    executed = {f["name"].removeprefix("notebook "): f["value"] for f in bench_notebooks(names)}
-    out = []
-    with tempfile.TemporaryDirectory(dir=ROOT / "build") as tmp:
-        subs = _class_of(1, list(names), Path(tmp))
-        workdir = Path(tmp) / "grading"
-        grade.register_assignments(workdir, list(names))
-        for name in names:
-            start = time.perf_counter()
-            result = grade.grade_one(workdir, subs, "student000", name, grade.Limits(), 120)
-            seconds = time.perf_counter() - start
-            out += [figure(f"grade one {name}", seconds, "s", f"autograde + feedback; {result.status}"),
-                    figure(f"grade/execute {name}", seconds / executed[name], "x", "budget <= 1.5"),
-                    figure(f"peak grading memory {name}", result.peak_memory_mb, "MB",
-                           "RSS of nbgrader, kernel and workers together")]
-    return out
-
-
-def bench_grading_class(students: int = 8, workers: tuple[int, ...] = (1, 2)) -> list[Figure]:
-    """Submissions per minute on a local Dask cluster of 1 and of 2 workers: the same class,
-    ``students`` x (00, 01) submissions of the solutions, graded from scratch each time."""
-    from .. import grade
-
-    out, rate = [], {}
-    with tempfile.TemporaryDirectory(dir=ROOT / "build") as tmp:
-        subs = _class_of(students, ["00_orientation", "01_dataset"], Path(tmp))
-        for n in workers:
-            start = time.perf_counter()
-            results = grade.grade_class(subs, Path(tmp) / f"grading-{n}", progress=True, jobs=n)
-            seconds = time.perf_counter() - start
-            graded = sum(r.status == "graded" for r in results)
-            rate[n] = len(results) / seconds * 60
-            out += [figure(f"grade {len(results)} submissions, {n} worker(s)", seconds, "s",
-                           f"{graded} graded; registration, cluster start and feedback included"),
-                    figure(f"submissions per minute, {n} worker(s)", rate[n], "1/min"),
-                    figure(f"peak grading memory, {n} worker(s)", max(r.peak_memory_mb or 0 for r in results), "MB",
-                           "of one submission's processes")]
-    if len(workers) > 1:
-        out.append(figure(f"grading speed-up, {workers[-1]} vs {workers[0]} worker(s)",
-                          rate[workers[-1]] / rate[workers[0]], "x", f"on {os.cpu_count()} cores"))
-    return out
-
-
 def _beyond_one_process() -> dict[str, Callable[[], list[Figure]]]:
-    """The recommended faces pipeline, the benches of notebooks 05 to 09 and the diagnosis, each in its own module."""
+    """Grading, the recommended faces pipeline, the benches of notebooks 05 to 09 and the diagnosis, each in its own module."""
     from .capstone import bench_capstone
+    from .grading import bench_grading
     from .diagnosis import bench_diagnosis
     from .distributed import bench_distributed
     from .gpu import bench_gpu
@@ -359,7 +299,7 @@ def _beyond_one_process() -> dict[str, Callable[[], list[Figure]]]:
     from .pipeline import bench_pipeline
     from .remote import bench_remote
 
-    return {"pipeline": bench_pipeline, "memory": bench_memory, "gpu": bench_gpu,
+    return {"grading": bench_grading, "pipeline": bench_pipeline, "memory": bench_memory, "gpu": bench_gpu,
             "remote": bench_remote, "distributed": bench_distributed, "diagnosis": bench_diagnosis,
             "capstone": bench_capstone}
 
@@ -373,11 +313,18 @@ BENCHES: dict[str, Callable[[], list[Figure]]] = {
     "model": bench_model,
     "transfer": bench_transfer,
     "notebooks": bench_notebooks,
-    "grading": bench_grading,
     **_beyond_one_process(),
 }
+
+
+def _long_ones() -> dict[str, Callable[[], list[Figure]]]:
+    from .grading import bench_grading_class
+
+    return {"grading_class": bench_grading_class}
+
+
 #: Long measurements, run only when named with --only.
-EXTRA: dict[str, Callable[[], list[Figure]]] = {"grading_class": bench_grading_class}
+EXTRA: dict[str, Callable[[], list[Figure]]] = _long_ones()
 
 
 def machine() -> dict:
