@@ -3,6 +3,7 @@ the background thread, the summaries and the plot."""
 
 from __future__ import annotations
 
+import gc
 import math
 import mmap
 import os
@@ -382,13 +383,21 @@ def test_probe_sees_copy_on_write_of_a_list_but_not_of_an_array():
     records = make_python_records(n)
     array = np.asarray(records, dtype=np.int64)
     growth = {}
-    for name, dataset in (("list", RecordListDataset(records)), ("array", RecordArrayDataset(array))):
-        loader = DataLoader(dataset, batch_size=25_000, num_workers=2, collate_fn=len,
-                            multiprocessing_context="fork")
-        with MemoryProbe(interval_s=0.02) as probe:
-            for _ in probe.watch(loader):
-                pass
-        growth[name] = worker_growth_mb(probe.table())
+    # The collector of a forked worker writes to every object of the test process it visits,
+    # copying their pages whatever the dataset (the more of them, the more: the tests before
+    # this one leave many): frozen, it leaves them alone, and only the reads are counted.
+    gc.collect()
+    gc.freeze()
+    try:
+        for name, dataset in (("list", RecordListDataset(records)), ("array", RecordArrayDataset(array))):
+            loader = DataLoader(dataset, batch_size=25_000, num_workers=2, collate_fn=len,
+                                multiprocessing_context="fork")
+            with MemoryProbe(interval_s=0.02) as probe:
+                for _ in probe.watch(loader):
+                    pass
+            growth[name] = worker_growth_mb(probe.table())
+    finally:
+        gc.unfreeze()
     objects_mb = n * 32 / MB  # an int object takes 32 bytes of the allocator's memory
     assert growth["list"] >= 0.5 * objects_mb, (
         f"workers reading the list should copy much of its {objects_mb:.0f} MB, grew {growth['list']:.1f} MB")

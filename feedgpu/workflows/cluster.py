@@ -148,7 +148,7 @@ def open_client(jobs: int = 1, scheduler: str | None = None) -> Iterator:
     from distributed import Client, LocalCluster
 
     if scheduler:
-        with Client(scheduler, timeout="30s") as client:
+        with Client(scheduler, timeout="15s") as client:
             yield client
         return
     with dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES}):
