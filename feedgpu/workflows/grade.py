@@ -616,7 +616,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="grade nothing: rewrite grades.csv from the gradebook (after hand grading)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="grade: %(message)s")
-    logger.setLevel(logging.INFO)  # our own news; Dask's start-up and shutdown chatter stays out
+    logger.setLevel(logging.INFO)  # our own news
+    import distributed  # noqa: F401 (importing it sets its loggers to INFO: Dask's start-up chatter)
+
+    logging.getLogger("distributed").setLevel(logging.WARNING)
     if args.report_only:
         save(args.workdir.resolve(), load_status(args.workdir.resolve()))
         print(f"grades: {args.workdir.resolve() / CSV_NAME}")
