@@ -48,8 +48,10 @@ ASSIGNMENTS = course_notebooks()
 SESSION_BUDGET_S = {
     "course_grading": 120 + 360 * len(ASSIGNMENTS) + 120 * (DELEGATING in ASSIGNMENTS),  # tests/conftest.py
     "tiny_class": 900,  # tests/test_grading_robust.py
-    "one_kernel_run": 600,  # tests/test_answers_graded_alone.py (one notebook)
+    "one_kernel_run": 600,  # tests/test_answers_graded_alone.py (one notebook, or the one before it)
 }
+# The one-kernel runs start after the session's grading (tests/test_answers_graded_alone.py).
+SESSION_BUDGET_S["one_kernel_runs"] = SESSION_BUDGET_S["course_grading"]
 COST_MARKERS = ("unit", "notebook", "grading")
 
 

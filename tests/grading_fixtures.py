@@ -252,10 +252,15 @@ class OneKernel:
         return outputs
 
 
-#: Put the kernel (and every worker it starts from now on) on one core, as on a small
-#: JupyterHub pod; and back on the cores it had.
-ONE_CORE = ("import os as _os\n_CORES_BEFORE = _os.sched_getaffinity(0)\n"
-            "_os.sched_setaffinity(0, {min(_CORES_BEFORE)})")
+def one_core(index: int = 0) -> str:
+    """A cell that puts the kernel (and every worker it starts from now on) on one core,
+    the ``index``-th of its cores (modulo their number), as on a small JupyterHub pod; two
+    kernels given different indices do not share a core."""
+    return ("import os as _os\n_CORES_BEFORE = _os.sched_getaffinity(0)\n"
+            f"_os.sched_setaffinity(0, {{sorted(_CORES_BEFORE)[{index} % len(_CORES_BEFORE)]}})")
+
+
+#: Put the kernel back on the cores it had before :func:`one_core`.
 ALL_CORES = "_os.sched_setaffinity(0, _CORES_BEFORE)"
 
 
@@ -295,17 +300,19 @@ class Cluster:
             self.stop()
             raise
 
-    def grading_on(self) -> tuple[subprocess.Popen, str] | None:
-        """A worker that is grading now (nbgrader runs under it), and the student it grades."""
+    def grading(self) -> dict[str, subprocess.Popen]:
+        """The students graded now (nbgrader runs under a worker), each with its worker."""
+        found = {}
         for worker in self.workers:
             try:
                 for child in psutil.Process(worker.pid).children(recursive=True):
                     line = child.cmdline()
                     if "autograde" in line:
-                        return worker, next(a.split("=", 1)[1] for a in line if a.startswith("--student="))
+                        student = next(a.split("=", 1)[1] for a in line if a.startswith("--student="))
+                        found[student] = worker
             except psutil.Error:
                 continue
-        return None
+        return found
 
     def __enter__(self) -> "Cluster":
         return self
@@ -340,9 +347,9 @@ def graded_losing_a_worker(cluster: Cluster, student: str, grade_class) -> tuple
     thread.start()
     killed = False
     while thread.is_alive() and not killed:
-        found = cluster.grading_on()
-        if found and found[1] == student:
-            found[0].kill()
+        worker = cluster.grading().get(student)
+        if worker is not None:
+            worker.kill()
             killed = True
         time.sleep(0.02)
     thread.join(timeout=1800)

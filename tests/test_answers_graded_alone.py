@@ -7,7 +7,9 @@ exactly that answer's points, and the untouched release scores zero.
 
 To stay quick, one kernel per notebook runs only what grading needs: the locked set-up
 cells (imports, configuration, test helpers), the answers and the tests; the
-demonstrations in between are skipped. In that kernel:
+demonstrations in between are skipped. Two notebooks run at a time, after the session's
+grading (which has the machine to itself), each kernel on a core of its own for step 1.
+In that kernel:
 
 1. on one core (as on a small JupyterHub pod): the set-up cells and the solution, every
    answer and every test; no test may fail, and none may write to stderr, because
@@ -38,7 +40,10 @@ two independent runs of the same tests, which must agree.
 
 from __future__ import annotations
 
+import itertools
 import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,7 +54,6 @@ from feedgpu.testing import REFERENCES, NothingToHide
 from grading_fixtures import (
     DELEGATIONS,
     ALL_CORES,
-    ONE_CORE,
     RELEASE,
     SOLUTIONS,
     OneKernel,
@@ -60,6 +64,7 @@ from grading_fixtures import (
     is_answer,
     is_setup,
     is_test,
+    one_core,
     own_tests,
     points_by_test,
     stderr_of,
@@ -89,7 +94,8 @@ class Run:
     release_failed: set[str] = field(default_factory=set)  # pass 5
 
 
-def run_notebook(name: str) -> Run:
+def run_notebook(name: str, core: int = 0) -> Run:
+    """The one-kernel run of notebook ``name``, step 1 on the ``core``-th core."""
     solution = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", 4)
     assert (RELEASE / name / f"{name}.ipynb").is_file(), f"{name} has no release: run `make release`"
     release = nbformat.read(RELEASE / name / f"{name}.ipynb", 4)
@@ -110,7 +116,7 @@ def run_notebook(name: str) -> Run:
         return outputs
 
     with OneKernel(SOLUTIONS / name) as kernel:
-        kernel.run_ok(ONE_CORE, "putting the kernel on one core")
+        kernel.run_ok(one_core(core), "putting the kernel on one core")
         for c in cells:
             if is_setup(c):
                 err = error_of(kernel.run(c.source))
@@ -156,9 +162,37 @@ def run_notebook(name: str) -> Run:
     return run
 
 
+#: Notebooks run at a time, each in its own kernel (the machine has 2 cores).
+AT_ONCE = 2
+
+
+@pytest.fixture(scope="session")
+def one_kernel_runs(request) -> dict[str, Future]:
+    """The run of every notebook selected in this session, started in notebook order, two
+    at a time, each thread's kernel on a core of its own for step 1. The session's grading,
+    when a selected test needs it, is made first, alone: its notebooks' timing checks get
+    the machine they get in an instructor's grading."""
+    items = request.session.items
+    if any("course_grading" in item.fixturenames for item in items):
+        request.getfixturevalue("course_grading")
+    wanted = {item.callspec.params["one_kernel_run"] for item in items if "one_kernel_run" in item.fixturenames}
+    cores, local = itertools.count(), threading.local()
+
+    def run(name: str) -> Run:
+        if not hasattr(local, "core"):
+            local.core = next(cores)
+        return run_notebook(name, local.core)
+
+    pool = ThreadPoolExecutor(AT_ONCE, thread_name_prefix="one-kernel")
+    try:
+        yield {name: pool.submit(run, name) for name in NAMES if name in wanted}
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 @pytest.fixture(scope="module", params=NAMES)
-def one_kernel_run(request) -> Run:
-    return run_notebook(request.param)
+def one_kernel_run(request, one_kernel_runs) -> Run:
+    return one_kernel_runs[request.param].result()
 
 
 def test_every_answer_has_tests_and_set_up_runs(one_kernel_run):
