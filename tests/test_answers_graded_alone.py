@@ -177,15 +177,10 @@ def one_kernel_runs(request) -> dict[str, Future]:
         request.getfixturevalue("course_grading")
     wanted = {item.callspec.params["one_kernel_run"] for item in items if "one_kernel_run" in item.fixturenames}
     cores, local = itertools.count(), threading.local()
-
-    def run(name: str) -> Run:
-        if not hasattr(local, "core"):
-            local.core = next(cores)
-        return run_notebook(name, local.core)
-
-    pool = ThreadPoolExecutor(AT_ONCE, thread_name_prefix="one-kernel")
+    pool = ThreadPoolExecutor(AT_ONCE, thread_name_prefix="one-kernel",
+                              initializer=lambda: setattr(local, "core", next(cores)))  # each thread its core
     try:
-        yield {name: pool.submit(run, name) for name in NAMES if name in wanted}
+        yield {name: pool.submit(lambda n: run_notebook(n, local.core), name) for name in NAMES if name in wanted}
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

@@ -40,6 +40,7 @@ from grading_fixtures import (
     grade_id,
     graded_test_ids,
     is_answer,
+    one_core,
     own_tests,
     points_by_test,
     student_version,
@@ -70,10 +71,9 @@ TAMPER = ("ip = get_ipython()\n"
 
 # A laptop with one core, and macOS or Windows (spawn): the course's way of keeping
 # DataLoader's "more workers than cores" warning out of the test cells must hold there.
-ONE_CORE_SPAWN = SPAWN_CELL + "\nimport os\nos.sched_setaffinity(0, {min(os.sched_getaffinity(0))})"
+ONE_CORE_SPAWN = SPAWN_CELL + "\n" + one_core()
 # One core without that care: the warning reaches the test cell that starts workers.
-ONE_CORE_WARNS = ("import os, warnings\nwarnings.resetwarnings()\n"
-                  "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})")
+ONE_CORE_WARNS = "import warnings\nwarnings.resetwarnings()\n" + one_core()
 WORKER_TEST = "test_count_batches_with_workers"
 STUBBED = "count_batches"  # the answer that one student leaves as released
 
