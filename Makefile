@@ -39,6 +39,12 @@ $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --no-compile -r requirements.txt
+	@# jupyter-events asks for jsonschema's non-GPL format checkers, among them rfc3987-syntax,
+	@# which builds its IRI grammar's parsers when jsonschema is imported: 1.4 to 2.6 s more for
+	@# every process that imports nbformat (each nbgrader run, so each graded submission, and
+	@# JupyterLab). Nothing the course runs validates an IRI format, and jsonschema leaves those
+	@# formats unchecked without it (python-jsonschema/jsonschema#1428); `pip check` still passes.
+	$(PY) -m pip uninstall --quiet --yes rfc3987-syntax
 	@# pip byte-compiles 17,000 files on one core (a minute); compileall uses every core, and leaves
 	@# out the packages' own test suites (a fifth of the files), which nothing here imports. Like
 	@# pip, it skips the few files that are not Python 3 (test data inside packages): errors are not

@@ -379,7 +379,7 @@ def test_summaries_of_a_known_table():
 @needs_uss
 def test_probe_sees_copy_on_write_of_a_list_but_not_of_an_array():
     """Forked workers reading a list of Python objects copy it; reading a numpy array does not."""
-    n = 1_000_000  # ~30 MB of int objects
+    n = 2_000_000  # ~61 MB of int objects: a worker's own few MB of noise stay small beside it
     records = make_python_records(n)
     array = np.asarray(records, dtype=np.int64)
     growth = {}

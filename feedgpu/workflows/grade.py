@@ -266,9 +266,13 @@ def grade_one(workdir: Path, submissions: Path, student: str, assignment: str,
         result = failed(workdir, student, assignment, unreadable)
         result.notes, result.flags = notes, flags
         return result
+    # The kernel is killed after the last cell, not asked to exit: a graceful exit runs the
+    # student's clean-up (loaders' workers, servers) for nothing, seconds per notebook; the
+    # sandbox then kills whatever the kernel left.
     cmd = _nbgrader_cmd(["autograde", assignment, f"--student={student}", "--force",
                          "--OverwriteCells.add_missing_cells=True",
-                         f"--ExecutePreprocessor.timeout={int(cell_timeout)}"], workdir, source)
+                         f"--ExecutePreprocessor.timeout={int(cell_timeout)}",
+                         "--ExecutePreprocessor.shutdown_kernel=immediate"], workdir, source)
     out = run_limited(cmd, limits, cwd=ROOT, env=_env())
     why = ""
     if out.killed_for:
