@@ -256,12 +256,8 @@ def one_core(index: int = 0) -> str:
     """A cell that puts the kernel (and every worker it starts from now on) on one core,
     the ``index``-th of its cores (modulo their number), as on a small JupyterHub pod; two
     kernels given different indices do not share a core."""
-    return ("import os as _os\n_CORES_BEFORE = _os.sched_getaffinity(0)\n"
-            f"_os.sched_setaffinity(0, {{sorted(_CORES_BEFORE)[{index} % len(_CORES_BEFORE)]}})")
-
-
-#: Put the kernel back on the cores it had before :func:`one_core`.
-ALL_CORES = "_os.sched_setaffinity(0, _CORES_BEFORE)"
+    return ("import os as _os\n_cores = sorted(_os.sched_getaffinity(0))\n"
+            f"_os.sched_setaffinity(0, {{_cores[{index} % len(_cores)]}})")
 
 
 # --------------------------------------------------------------------------- a Dask cluster

@@ -8,13 +8,15 @@ exactly that answer's points, and the untouched release scores zero.
 To stay quick, one kernel per notebook runs only what grading needs: the locked set-up
 cells (imports, configuration, test helpers), the answers and the tests; the
 demonstrations in between are skipped. Two notebooks run at a time, after the session's
-grading (which has the machine to itself), each kernel on a core of its own for step 1.
-In that kernel:
+grading (which has the machine to itself), each kernel, and every process it starts, on a
+core of its own from the start: as on a small JupyterHub pod, and so that neither slows
+the other's timing checks (a kernel on both cores took time from the other's one core, and
+the capstone's loop missed its stall-free target so). Every step below runs on that one
+core, so the stubs and wrong answers must fail where the solution passes. In that kernel:
 
-1. on one core (as on a small JupyterHub pod): the set-up cells and the solution, every
-   answer and every test; no test may fail, and none may write to stderr, because
-   nbgrader scores a test cell with stderr output zero (DataLoader warns there when a
-   loader has more workers than the machine has cores);
+1. the set-up cells and the solution, every answer and every test; no test may fail, and
+   none may write to stderr, because nbgrader scores a test cell with stderr output zero
+   (DataLoader warns there when a loader has more workers than the machine has cores);
 2. for each answer, its stub, then the answers and tests after it (the cells before it
    run before it exists, in the grader too), then the answer again;
 3. each answer that the course's own code could do (``feedgpu.testing.REFERENCES``) written
@@ -53,7 +55,6 @@ import pytest
 from feedgpu.testing import REFERENCES, NothingToHide
 from grading_fixtures import (
     DELEGATIONS,
-    ALL_CORES,
     RELEASE,
     SOLUTIONS,
     OneKernel,
@@ -95,7 +96,7 @@ class Run:
 
 
 def run_notebook(name: str, core: int = 0) -> Run:
-    """The one-kernel run of notebook ``name``, step 1 on the ``core``-th core."""
+    """The one-kernel run of notebook ``name``, on the ``core``-th core."""
     solution = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", 4)
     assert (RELEASE / name / f"{name}.ipynb").is_file(), f"{name} has no release: run `make release`"
     release = nbformat.read(RELEASE / name / f"{name}.ipynb", 4)
@@ -129,7 +130,6 @@ def run_notebook(name: str, core: int = 0) -> Run:
                 run.solution_failed[gid] = error_of(out)
             if stderr_of(out).strip():
                 run.solution_stderr[gid] = stderr_of(out).strip()[:300]
-        kernel.run_ok(ALL_CORES, "putting the kernel back on its cores")
         for index, c in enumerate(cells):  # 2. each answer stubbed alone
             if is_answer(c):
                 answer = grade_id(c)
@@ -169,7 +169,7 @@ AT_ONCE = 2
 @pytest.fixture(scope="session")
 def one_kernel_runs(request) -> dict[str, Future]:
     """The run of every notebook selected in this session, started in notebook order, two
-    at a time, each thread's kernel on a core of its own for step 1. The session's grading,
+    at a time, each thread's kernel on a core of its own. The session's grading,
     when a selected test needs it, is made first, alone: its notebooks' timing checks get
     the machine they get in an instructor's grading."""
     items = request.session.items
