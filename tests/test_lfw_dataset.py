@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 from torchvision import datasets, transforms
 
 import lfw_dataset
+from feedgpu.measure.timing import shutdown_workers
 from lfw_dataset import CorruptImageError, LFWDataset, find_classes, load_image, make_samples
 
 from conftest import TINY_PEOPLE
@@ -152,10 +153,13 @@ def test_garbage_with_image_name_names_the_file(tmp_path):
 
 def test_corrupt_file_error_crosses_workers_with_its_name(corrupt_lfw):
     root, _ = corrupt_lfw
-    loader = DataLoader(LFWDataset(root, transform=transforms.ToTensor()), batch_size=1, num_workers=2)
-    with pytest.raises(CorruptImageError, match="Carl_C_0001.jpg"):
-        for _ in loader:
-            pass
+    iterator = iter(DataLoader(LFWDataset(root, transform=transforms.ToTensor()), batch_size=1, num_workers=2))
+    try:
+        with pytest.raises(CorruptImageError, match="Carl_C_0001.jpg"):
+            for _ in iterator:
+                pass
+    finally:  # now: the error's traceback keeps the iterator, whose collection later waits 5 s a worker
+        shutdown_workers(iterator)
 
 
 def test_loader_with_workers_matches_indexing(tiny_lfw):

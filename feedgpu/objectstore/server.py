@@ -383,9 +383,41 @@ def _server_classes() -> tuple[type, type]:
             logger.debug(message, *args)
 
     class QuietServer(ThreadedWSGIServer):
-        # socketserver joins every handler thread in server_close() when block_on_close
-        # is true (daemon or not), which is what makes stop() leave no thread behind
-        block_on_close = True
+        # Werkzeug's handler threads are daemons, and socketserver's server_close() joins
+        # only the others (Python 3.11's _Threads): so this server lists each handler thread
+        # with its connection itself, to end them all in end_handlers().
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._handlers: dict[threading.Thread, socket.socket] = {}
+            self._handlers_lock = threading.Lock()
+
+        def process_request(self, request: socket.socket, client_address: Any) -> None:
+            thread = threading.Thread(target=self.process_request_thread, args=(request, client_address),
+                                      daemon=True)
+            with self._handlers_lock:  # listed before it starts, by the serving thread
+                self._handlers[thread] = request
+            thread.start()
+
+        def process_request_thread(self, request: socket.socket, client_address: Any) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                with self._handlers_lock:
+                    self._handlers.pop(threading.current_thread(), None)
+
+        def end_handlers(self, timeout_s: float) -> None:
+            """Close every connection still open (a keep-alive one waits for its client's next
+            request) and join its thread; call it once serve_forever has returned."""
+            with self._handlers_lock:
+                handlers = dict(self._handlers)
+            for connection in handlers.values():
+                try:
+                    connection.shutdown(socket.SHUT_RDWR)  # its recv() returns, its send() fails
+                except OSError:
+                    pass  # closed already
+            for thread in handlers:
+                thread.join(timeout_s)
 
         def log(self, type: str, message: str, *args: Any) -> None:
             logger.warning(message, *args)
@@ -526,9 +558,10 @@ class ObjectStore:
         if self._server is None:
             return
         if self._thread is not None:
-            self._server.shutdown()  # serve_forever returns
+            self._server.shutdown()  # serve_forever returns: no new connection
             self._thread.join()
-        self._server.server_close()  # closes the socket, joins the handler threads
+        self._server.end_handlers(_SOCKET_TIMEOUT_S)  # ends each open connection and its thread
+        self._server.server_close()  # closes the listening socket
         self._server = None
         self._thread = None
 
