@@ -21,5 +21,5 @@ def test_importing_nbformat_builds_no_iri_parsers():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, f"importing nbformat and validating a notebook failed:\n{out.stderr[-2000:]}"
     assert out.stdout.strip() == "[]", (
-        f"importing nbformat imported {out.stdout.strip()}: run `make venv` again, which uninstalls "
-        "rfc3987-syntax (see the Makefile)")
+        f"importing nbformat imported {out.stdout.strip()}: `python -m pip uninstall -y rfc3987-syntax` "
+        "in this environment, as `make venv` does when it builds .venv (see the Makefile)")

@@ -20,6 +20,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -75,6 +76,9 @@ ONE_CORE_SPAWN = SPAWN_CELL + "\n" + one_core()
 # One core without that care: the warning reaches the test cell that starts workers.
 ONE_CORE_WARNS = "import warnings\nwarnings.resetwarnings()\n" + one_core()
 WORKER_TEST = "test_count_batches_with_workers"
+# A notebook that leaves its clean-up to the end of its kernel, which a grading kills.
+TEMP_FILES = ("import atexit, shutil, tempfile\nLEFT = tempfile.mkdtemp(prefix='hal-')\n"
+              "atexit.register(shutil.rmtree, LEFT)\nprint('temporary folder:', LEFT)")
 STUBBED = "count_batches"  # the answer that one student leaves as released
 
 
@@ -88,7 +92,8 @@ def tiny_class(tmp_path_factory, tiny_release):
     subs = tmp_path_factory.mktemp("class") / "submitted"
     books = {"ada_good": good, "bob_untouched": released,
              "fay_one_core_spawn": with_cell_after(good, "imports", ONE_CORE_SPAWN),
-             "gil_one_core_warns": with_cell_after(good, "config", ONE_CORE_WARNS)}
+             "gil_one_core_warns": with_cell_after(good, "config", ONE_CORE_WARNS),
+             "hal_temp_files": with_cell_after(good, "config", TEMP_FILES)}
     for name, code in BAD.items():
         books[f"bad_{name}"] = with_cell_after(good, "config", code)
     # carol edits, unlocks, renames and deletes test cells
@@ -230,6 +235,19 @@ def test_one_core_and_spawn_still_give_full_marks(tiny_class):
     printed = "".join(o.get("text", "") for o in cell(graded, "config").outputs)
     assert "start method: spawn" in printed and "usable cores: 1" in printed, \
         f"the notebook ran with spawn on one core: {printed!r}"
+
+
+def test_what_a_notebook_writes_to_the_temporary_folder_is_removed(tiny_class):
+    """The kernel is killed after the last cell, so a notebook's own clean-up never runs: its
+    temporary files went to a folder of that grading's own, removed afterwards."""
+    row = tiny_class["rows"]["hal_temp_files"]
+    assert row["status"] == "graded" and _code(row) == float(row["max_code_score"]), row
+    graded = nbformat.read(tiny_class["workdir"] / "autograded" / "hal_temp_files" / TINY / f"{TINY}.ipynb", 4)
+    printed = next(o.get("text", "") for c in graded.cells for o in c.get("outputs", [])
+                   if "temporary folder:" in o.get("text", ""))
+    left = Path(printed.split("temporary folder:")[1].strip())
+    assert left.parent != Path(tempfile.gettempdir()), f"the notebook wrote to the machine's own {left.parent}"
+    assert not left.parent.exists(), f"{left.parent} was left behind by the grading"
 
 
 def test_a_test_cell_that_writes_to_stderr_loses_its_points_and_says_why(tiny_class):

@@ -51,7 +51,8 @@ SLOWDOWN_XML = (
 #: Paths that go straight to moto, never delayed or failed (its reset and dashboard).
 _CONTROL_PREFIX = "/moto-api/"
 
-#: A handler thread gives up on a silent client after this long, so stop() always ends.
+#: A handler thread gives up on a silent client after this long; stop() waits at most this
+#: long for the handler threads it ends.
 _SOCKET_TIMEOUT_S = 5.0
 
 
@@ -397,7 +398,12 @@ def _server_classes() -> tuple[type, type]:
                                       daemon=True)
             with self._handlers_lock:  # listed before it starts, by the serving thread
                 self._handlers[thread] = request
-            thread.start()
+            try:
+                thread.start()
+            except BaseException:
+                with self._handlers_lock:
+                    del self._handlers[thread]
+                raise
 
         def process_request_thread(self, request: socket.socket, client_address: Any) -> None:
             try:
@@ -408,7 +414,8 @@ def _server_classes() -> tuple[type, type]:
 
         def end_handlers(self, timeout_s: float) -> None:
             """Close every connection still open (a keep-alive one waits for its client's next
-            request) and join its thread; call it once serve_forever has returned."""
+            request) and join its thread, all within ``timeout_s``; call it once serve_forever
+            has returned. A thread still busy then (in moto's own work) is named in a warning."""
             with self._handlers_lock:
                 handlers = dict(self._handlers)
             for connection in handlers.values():
@@ -416,8 +423,13 @@ def _server_classes() -> tuple[type, type]:
                     connection.shutdown(socket.SHUT_RDWR)  # its recv() returns, its send() fails
                 except OSError:
                     pass  # closed already
+            deadline = time.monotonic() + timeout_s
             for thread in handlers:
-                thread.join(timeout_s)
+                thread.join(max(0.0, deadline - time.monotonic()))
+            busy = [thread.name for thread in handlers if thread.is_alive()]
+            if busy:
+                logger.warning("the object store stopped with %d request(s) still being answered: %s",
+                               len(busy), ", ".join(busy))
 
         def log(self, type: str, message: str, *args: Any) -> None:
             logger.warning(message, *args)
@@ -561,7 +573,7 @@ class ObjectStore:
             self._server.shutdown()  # serve_forever returns: no new connection
             self._thread.join()
         self._server.end_handlers(_SOCKET_TIMEOUT_S)  # ends each open connection and its thread
-        self._server.server_close()  # closes the listening socket
+        self._server.server_close()  # the listening socket (serve_forever closed it, if it ran)
         self._server = None
         self._thread = None
 

@@ -267,13 +267,17 @@ def grade_one(workdir: Path, submissions: Path, student: str, assignment: str,
         result.notes, result.flags = notes, flags
         return result
     # The kernel is killed after the last cell, not asked to exit: a graceful exit runs the
-    # student's clean-up (loaders' workers, servers) for nothing, seconds per notebook; the
-    # sandbox then kills whatever the kernel left.
+    # notebook's own clean-up (its loaders' workers, servers, atexit) for nothing, seconds a
+    # notebook. What it would have removed is in a temporary folder of this grading's own,
+    # removed here however the run ended (a limit kills the kernel too); the sandbox kills
+    # the processes the kernel's end left behind.
     cmd = _nbgrader_cmd(["autograde", assignment, f"--student={student}", "--force",
                          "--OverwriteCells.add_missing_cells=True",
                          f"--ExecutePreprocessor.timeout={int(cell_timeout)}",
                          "--ExecutePreprocessor.shutdown_kernel=immediate"], workdir, source)
-    out = run_limited(cmd, limits, cwd=ROOT, env=_env())
+    # (a short name: multiprocessing puts its Unix sockets under it, 104 characters at most on macOS)
+    with tempfile.TemporaryDirectory(prefix="fg-", ignore_cleanup_errors=True) as tmp:
+        out = run_limited(cmd, limits, cwd=ROOT, env={**_env(), "TMPDIR": tmp})
     why = ""
     if out.killed_for:
         why = describe(out, limits)
