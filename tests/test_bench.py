@@ -53,6 +53,14 @@ def test_a_failed_bench_is_reported_and_loses_no_other_figure(fake_benches, tmp_
     assert not out.with_suffix(".tmp").exists(), "no temporary file is left behind"
 
 
+def test_when_every_bench_asked_for_fails_the_failures_are_still_reported(fake_benches, tmp_path, capsys):
+    """As on a GPU machine whose PyTorch lacked a call the gpu section makes: nothing measured."""
+    out = tmp_path / "bench.json"
+    assert bench.main(["--output", str(out), "--only", "broken"]) == 1, "a failed bench exits 1"
+    assert "no data" in json.loads(out.read_text())["failed"][0], "the failure is recorded"
+    assert "FAILED broken" in capsys.readouterr().err, "the failure is reported"
+
+
 def test_every_notebook_from_05_has_its_bench():
     """Notebooks 05 to 09 each have a section: gpu, memory, remote, distributed, capstone."""
     assert {"gpu", "memory", "remote", "distributed", "capstone"} <= set(bench.BENCHES), sorted(bench.BENCHES)

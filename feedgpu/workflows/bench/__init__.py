@@ -336,6 +336,9 @@ def machine() -> dict:
 
 
 def print_table(figures: list[Figure]) -> None:
+    if not figures:  # every bench asked for failed: the failures are printed after
+        print("no figures measured")
+        return
     width = max(len(f["name"]) for f in figures)
     for f in figures:
         print(f"{f['name']:<{width}}  {f['value']:>10.3f} {f['unit']:<9} {f['note']}")
