@@ -39,6 +39,7 @@ __all__ = [
     "time_loader",
     "shutdown_workers",
     "median_seconds",
+    "seconds_per_item",
 ]
 
 
@@ -206,6 +207,26 @@ def median_seconds(run: Callable[[], Any], repeats: int) -> float:
         run()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def seconds_per_item(dataset: Any, items: int = 8) -> float:
+    """What one item of ``dataset`` costs in this process: the median of ``dataset[i]`` over its first items.
+
+    One call before the timed ones is left out (the first item may open files or build
+    lookup tables). A quick estimate for planning an experiment, not a measurement to
+    compare settings with (that is :func:`time_loader`'s job).
+
+    Args:
+        dataset: anything indexable with ``len()``; at least one item.
+        items: items timed (the first ``items`` indices, fewer if the dataset is shorter).
+    """
+    items = check_int("items", items, minimum=1)
+    n = len(dataset)
+    if n < 1:
+        raise ValueError("the dataset is empty: nothing to time")
+    dataset[0]  # warm-up, not timed
+    indices = iter(range(min(items, n)))
+    return median_seconds(lambda: dataset[next(indices)], min(items, n))
 
 
 def shutdown_workers(iterator_or_loader: Any) -> None:
