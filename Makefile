@@ -17,8 +17,11 @@ PYTEST_ARGS ?=
 LAB_ARGS    ?=
 STORE_ARGS  ?=
 SITE_ARGS   ?=
+LOOP        ?=
+STEP        ?=
+RECORD_ARGS ?=
 
-.PHONY: help lab venv data objectstore release grade check test test-quick bench site clean clean-data distclean
+.PHONY: help lab venv data objectstore release grade check test test-quick bench record site clean clean-data distclean
 
 # List the targets.
 help:
@@ -89,6 +92,10 @@ test-quick: $(STAMP) $(SYNTHETIC)
 # Measure the course's figures; prints a table and writes build/bench.json.
 bench: $(STAMP) $(SYNTHETIC)
 	$(VENV)/bin/feedgpu-bench --output build/bench.json
+
+# Record this machine's readings/<gpu>-<date>/ (a CUDA GPU; your loop too: make record LOOP=mytraining:make_loader STEP=mytraining:train_step).
+record: $(STAMP) $(SYNTHETIC)
+	$(VENV)/bin/feedgpu-record $(if $(LOOP),--loader $(LOOP) --step $(STEP)) $(RECORD_ARGS)
 
 # Build the reference run as a static site in build/site/ (every solution executed here, answers blanked).
 site: $(STAMP) $(SYNTHETIC)

@@ -3,8 +3,9 @@ per-step breakdown of its time into busy, waiting for data, and other.
 
 A GPU does not make the Python thread wait for a step: ``loss = model(x)`` only *queues*
 the kernels, and the host goes on (to fetch the next batch) while the device computes.
-The host waits only when it needs a result (``loss.item()``, ``torch.cuda.synchronize()``,
-a copy back to the CPU). :class:`AsyncAccelerator` plays that out without a GPU:
+The host waits only when it needs a result (``loss.item()``, ``print(loss)``,
+``torch.cuda.synchronize()``, a copy back to the CPU, a blocking copy to the device).
+:class:`AsyncAccelerator` plays that out without a GPU:
 
 * :meth:`AsyncAccelerator.step` queues one step and returns at once with a
   :class:`DeviceValue` (the step's loss, not yet computed); a thread of the accelerator
@@ -12,8 +13,10 @@ a copy back to the CPU). :class:`AsyncAccelerator` plays that out without a GPU:
   until ``step_s`` has passed since the step started (the step's fixed cost; the thread
   sleeps, so it uses almost no core). At most ``queue_depth`` steps wait in the queue:
   a host that runs further ahead waits, as CUDA's launch queue makes it.
-* :meth:`DeviceValue.item` makes the host wait for that step: a *synchronisation*,
-  counted in :attr:`AsyncAccelerator.syncs`. A step that fails raises there, or at the
+* :meth:`DeviceValue.item` makes the host wait for every step queued before the call,
+  not only the step whose loss it reads: a *synchronisation*, counted in
+  :attr:`AsyncAccelerator.syncs`. So does showing the value (``print(loss)``,
+  ``repr``, an f-string). A step that fails raises at its own ``.item()``, or at the
   next :meth:`~AsyncAccelerator.synchronize` (or the end of a ``with`` block) if nothing
   read it.
 * :meth:`AsyncAccelerator.feed` wraps a loader: it records when the host was inside
@@ -76,9 +79,22 @@ def fingerprint(inputs: torch.Tensor) -> np.ndarray:
 class DeviceValue:
     """The result of a queued step (its loss), available once the device has run it.
 
-    :meth:`item` waits for the step (a synchronisation, as ``loss.item()`` on a GPU) and
-    returns the loss as a Python float; :attr:`done` says, without waiting, whether the
-    step has finished.
+    :meth:`item` (and ``float()``) waits, as ``loss.item()`` does on a GPU, for every step
+    queued on the accelerator before the call, then returns the loss as a Python float:
+    one synchronisation. Showing the value (``print(loss)``, ``str``, ``repr``, an
+    f-string) waits the same way, as printing a CUDA tensor does. :attr:`done` says,
+    without waiting, whether the step has finished.
+
+    Why the whole queue, and not only this step: on CUDA, ``Tensor.item()`` is
+    ``_local_scalar_dense``, which in ``aten/src/ATen/native/cuda/CUDAScalar.cu``
+    (``_local_scalar_dense_cuda``) copies the value with ``at::cuda::memcpy_and_sync``,
+    that is ``cudaMemcpyAsync`` on the current stream then ``cudaStreamSynchronize``
+    (``c10/cuda/CUDAFunctions.h``): it returns once everything queued on the stream
+    before it has run, steps queued after the one read included. A copy to the device
+    with ``non_blocking=False`` ends the same way (``copy_kernel_cuda`` in
+    ``aten/src/ATen/native/cuda/Copy.cu``). ``Tensor.__repr__`` (``torch/_tensor.py``)
+    formats through ``torch/_tensor_str.py``, whose ``_scalar_str`` calls ``.item()``;
+    ``Tensor.__format__`` calls ``.item()`` for a 0-dim tensor.
     """
 
     def __init__(self, device: AsyncAccelerator) -> None:
@@ -89,12 +105,19 @@ class DeviceValue:
 
     @property
     def done(self) -> bool:
+        """Whether the step has run (without waiting, and no synchronisation)."""
         return self._ready.is_set()
 
     def item(self) -> float:
-        """Wait for the step, then its loss (re-raises the step's error, if it failed)."""
-        self._device._count_sync()
-        self._ready.wait()
+        """Wait until every step queued before the call has run (this one among them),
+        then this step's loss.
+
+        Raises:
+            the step's own error, if it failed (once reported here, the next
+            :meth:`~AsyncAccelerator.synchronize` does not raise it again).
+        """
+        self._device._sync_queued()
+        self._ready.wait()  # already set: the steps run in order, this one was queued before
         if self._error is not None:
             self._device._reported(self)
             raise self._error
@@ -104,7 +127,12 @@ class DeviceValue:
         return self.item()
 
     def __repr__(self) -> str:
-        return f"DeviceValue({self._value if self.done else 'pending'})"
+        """``DeviceValue(<loss>)``, after waiting as :meth:`item` (``print(loss)`` synchronises)."""
+        return f"DeviceValue({self.item()!r})"
+
+    def __format__(self, format_spec: str) -> str:
+        """The loss formatted as a float (``f"{loss:.3f}"``), after waiting as :meth:`item`."""
+        return format(self.item(), format_spec)
 
 
 class Received(NamedTuple):
@@ -153,6 +181,10 @@ class AsyncAccelerator:
         self.steps = 0
         self.syncs = 0
         self._failed: list[DeviceValue] = []  # failed steps whose error no .item() has reported yet
+        # steps put in the queue, and steps run: the queue runs in order, so once `_ran` reaches
+        # the count put before a call, everything queued before it has run
+        self._put = self._ran = 0
+        self._ran_changed = threading.Condition(self._lock)
         self.busy_spans: list[tuple[float, float]] = []
         self.data_spans: list[tuple[float, float]] = []
         self._batch_sizes: list[int] = []
@@ -198,6 +230,8 @@ class AsyncAccelerator:
             self._labels.append(labels.numpy().astype(np.int64, copy=True))
             self._fingerprints.append(fingerprint(inputs))
         self._queue.put((inputs, labels, value))
+        with self._lock:  # counted once in the queue: a put interrupted while the queue is full queued nothing
+            self._put += 1
         return value
 
     def synchronize(self) -> None:
@@ -246,6 +280,14 @@ class AsyncAccelerator:
         with self._lock:
             self.syncs += 1
 
+    def _sync_queued(self) -> None:
+        """Count a synchronisation and wait until every step queued so far has run (a
+        stream synchronisation: what ``.item()`` does on CUDA)."""
+        with self._lock:
+            self.syncs += 1
+            target = self._put
+            self._ran_changed.wait_for(lambda: self._ran >= target)
+
     def _reported(self, value: DeviceValue) -> None:
         with self._lock:
             if value in self._failed:
@@ -280,6 +322,9 @@ class AsyncAccelerator:
                     time.sleep(remaining)
                 self.busy_spans.append((start, time.perf_counter()))
                 value._ready.set()
+                with self._lock:
+                    self._ran += 1
+                    self._ran_changed.notify_all()
             finally:
                 self._queue.task_done()
 

@@ -25,13 +25,17 @@ Both cross DataLoader worker processes intact, like every built-in exception.
 
 from __future__ import annotations
 
+import importlib
 import math
 import numbers
 import operator
+import os
+import sys
+import types
 from collections.abc import Collection
 from typing import Any, TypeVar
 
-__all__ = ["check_int", "check_number", "check_seconds", "check_choice"]
+__all__ = ["check_int", "check_number", "check_seconds", "check_choice", "import_named"]
 
 T = TypeVar("T")
 
@@ -125,3 +129,33 @@ def check_choice(name: str, value: T, choices: Collection[T]) -> T:
         listed = ", ".join(repr(c) for c in choices)
         raise ValueError(f"{name} must be one of {listed}; got {value!r}")
     return value
+
+
+def import_named(spec: str, what: str) -> tuple[Any, types.ModuleType]:
+    """The object that a ``MODULE:ATTRIBUTE`` string names, and its module.
+
+    The form of uvicorn and gunicorn (``mytraining:make_loader``; the attribute may be
+    dotted), with the current directory importable, as with ``python -m``: the command
+    lines of the diagnosis and of the recorder take the user's loader and step this way.
+
+    Raises:
+        ValueError: the string is not of that form, the module cannot be imported (the
+            message names the error it raised) or has no such attribute; every message
+            is one line that names ``what`` (e.g. ``"--step"``).
+    """
+    module_name, sep, attribute = str(spec).partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"{what} must look like MODULE:ATTRIBUTE (e.g. mytraining:make_loader), got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # the current directory is importable, as with python -m
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - any failure to import is the user's to fix, in one line
+        raise ValueError(f"cannot import {module_name!r} for {what}: {type(err).__name__}: {err}") from None
+    obj: Any = module
+    try:
+        for part in attribute.split("."):
+            obj = getattr(obj, part)
+    except AttributeError:
+        raise ValueError(f"{module_name!r} has no attribute {attribute!r} ({what})") from None
+    return obj, module

@@ -5,14 +5,22 @@ reach the GPU it must cross the bus by DMA, and DMA can only read *pinned* (page
 memory, which the operating system promises not to move. So:
 
 * a copy from **pageable** memory is staged: the host copies it, chunk by chunk, into a
-  pinned buffer of CUDA's own, from which the DMA sends it. CUDA's "API synchronization
-  behavior" page documents that such a copy returns once the last chunk is staged, when the
-  DMA to the device may not have completed; staging keeps pace with the DMA, so this model
-  holds the host for the whole copy. It cannot overlap with kernels;
+  pinned buffer of CUDA's own, from which the DMA sends it. PyTorch makes every copy to
+  the device with ``cudaMemcpyAsync`` (``copy_kernel_cuda``, ``aten/src/ATen/native/cuda/Copy.cu``;
+  without ``non_blocking`` it then synchronises the stream), and CUDA's "API
+  synchronization behavior" page says of the asynchronous copies that where pageable
+  memory must first be staged to pinned memory, the driver may synchronize with the stream
+  and stage the copy into pinned memory. Staging keeps pace with the DMA, so this model
+  holds the host for the whole copy. It cannot overlap with kernels, and inside a loop it
+  costs more than alone (:attr:`CopyCosts.pageable_in_loop`);
 * a copy from **pinned** memory goes straight to the bus, faster, and with
-  ``non_blocking=True`` the host does not wait: the copy overlaps with whatever comes next;
+  ``non_blocking=True`` the host does not wait: the copy overlaps with what the host does
+  next. On its stream it still waits for the kernels enqueued there before it; it runs
+  beside kernels only from a stream of its own;
 * **pinning** (``tensor.pin_memory()``) is itself a copy, into pinned memory, paid by the
-  host thread that calls it. The DataLoader's ``pin_memory=True`` pays it in a pin thread
+  host thread that calls it, at that thread's speed: a call in the user's code runs on
+  torch's threads, the DataLoader's pin thread on one (``torch.set_num_threads(1)`` in
+  ``torch/utils/data/_utils/pin_memory.py``). The DataLoader's ``pin_memory=True`` pays it in a pin thread
   of the main process when the loader has workers (off the training loop's path), and in
   the main thread, inside ``next(loader)``, when ``num_workers=0`` (on the loop's path:
   ``torch/utils/data/dataloader.py``, ``_SingleProcessDataLoaderIter._next_data``). The
@@ -68,6 +76,8 @@ __all__ = [
     "training_loop_s",
     "CostFit",
     "fit_linear_cost",
+    "IN_LOOP_FROM",
+    "batch_sized",
 ]
 
 
@@ -126,22 +136,59 @@ class CopyCosts:
             :func:`feedgpu.measure.pinning.measure_first_pin` measures both on a GPU.)
         sync_s: the host's cost of one wait for the device (a blocking ``.to()`` waits
             after every copy; ``torch.cuda.synchronize()`` waits once).
+        pageable_in_loop: a pageable copy inside a training loop, where it costs more than
+            the same copy measured alone (``None``: the same as ``pageable``). A pageable
+            copy is staged by the host: the CUDA driver copies the bytes, chunk by chunk,
+            into pinned memory of its own on the calling thread (CUDA's "API
+            synchronization behavior": for ``cudaMemcpyAsync``, which PyTorch calls
+            whether or not ``non_blocking`` is set, "the driver may synchronize with the
+            stream and stage the copy into pinned memory"). Staging is a host copy, so
+            its speed is that of reading the source from wherever it lies. A sweep of
+            copies copies one source again and again, back to back, and sizes that fit in
+            the CPU's caches come out fast (on the H200 machine of
+            ``readings/h200-2026-11-26``, 64 MiB sped up from 7.0 to 4.3 ms over eight
+            repeats). In a loop each copy first waits for the kernels queued before it,
+            and a real loader hands over a fresh batch every step, so the source is read
+            from memory: the loops there ran their copies at the bandwidth of a copy too
+            large for any cache (512 MiB: 7.6 GB/s), not at the 12 to 16 GB/s of the
+            sweep's 16 to 64 MiB. :func:`feedgpu.measure.pinning.measure_copy_costs`
+            measures it inside a loop and fits it over batch-sized copies
+            (:func:`batch_sized`, from :data:`IN_LOOP_FROM`); a readings folder without
+            such copies gives the streaming bandwidth
+            (:meth:`feedgpu.readings.Readings.streaming_cost`).
+            Pinned copies are read by the GPU's copy engine, not staged: the same in a
+            loop as alone.
     """
 
     pageable: LinearCost = field(default_factory=lambda: LinearCost(20e-6, 12e9))
     pinned: LinearCost = field(default_factory=lambda: LinearCost(10e-6, 24e9))
     pinning: LinearCost = field(default_factory=lambda: LinearCost(10e-6, 12e9))
     sync_s: float = 5e-6
+    pageable_in_loop: LinearCost | None = None
 
     def __post_init__(self) -> None:
         for name in ("pageable", "pinned", "pinning"):
             if not isinstance(getattr(self, name), LinearCost):
                 raise TypeError(f"{name} must be a LinearCost, got {getattr(self, name)!r}")
+        if self.pageable_in_loop is not None and not isinstance(self.pageable_in_loop, LinearCost):
+            raise TypeError(f"pageable_in_loop must be a LinearCost or None, got {self.pageable_in_loop!r}")
         _check_finite("sync_s", self.sync_s)
 
     def copy_s(self, nbytes: float, *, pinned: bool) -> float:
-        """Seconds the device spends copying ``nbytes`` from pinned or pageable memory."""
+        """Seconds the device spends copying ``nbytes`` from pinned or pageable memory, alone."""
         return (self.pinned if pinned else self.pageable).time_s(nbytes)
+
+    def loop_copy_s(self, nbytes: float, *, pinned: bool) -> float:
+        """Seconds a copy of ``nbytes`` costs inside a training loop (see :attr:`pageable_in_loop`)."""
+        return self.in_loop().copy_s(nbytes, pinned=pinned)
+
+    def in_loop(self) -> "CopyCosts":
+        """These costs as a training loop pays them: the pageable copy at :attr:`pageable_in_loop`
+        where it is known (the other costs unchanged)."""
+        if self.pageable_in_loop is None:
+            return self
+        return CopyCosts(pageable=self.pageable_in_loop, pinned=self.pinned, pinning=self.pinning,
+                         sync_s=self.sync_s)
 
     def pin_s(self, nbytes: float) -> float:
         """Seconds ``tensor.pin_memory()`` takes for a tensor of ``nbytes``."""
@@ -288,6 +335,20 @@ def training_loop_s(n_batches: int, copy_s: float, compute_s: float, *, overlapp
     if not overlapped:
         return n * (copy_s + compute_s)
     return n * max(copy_s, compute_s) + min(copy_s, compute_s)
+
+
+#: The smallest copy that the pageable copy in a loop is fitted from (4 MiB): a batch's
+#: size. Small copies behave otherwise in a loop (the driver can stage a few hundred KiB
+#: and return before the copy engine has sent it, so they can look faster in a loop than
+#: alone), and a line fitted over them all, on relative errors, misses the batches it is for.
+IN_LOOP_FROM = 4 * 2**20
+
+
+def batch_sized(points: Sequence[tuple[int, float]], smallest: int = IN_LOOP_FROM) -> list[tuple[int, float]]:
+    """The ``(bytes, seconds)`` points of copies of at least ``smallest`` bytes (all of them
+    when fewer than two are that large), to fit a copy inside a loop with."""
+    large = [(b, t) for b, t in points if b >= smallest]
+    return large if len({b for b, _ in large}) >= 2 else list(points)
 
 
 @dataclass(frozen=True)

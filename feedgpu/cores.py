@@ -20,7 +20,8 @@ shows the same figures as before.
 What is here:
 
 * grids: :func:`workers_to_cores`, :func:`workers_past_cores`, :func:`workers_at_cores`,
-  and :func:`timed_batches` (warm-up and timed batches that grow with the workers);
+  :func:`timed_batches` (warm-up and timed batches that grow with the workers) and
+  :func:`items_for_sweep` (a dataset large enough for them);
 * how long a sweep will take, from the cost of a batch measured in one process:
   :func:`sweep_seconds` and :func:`worker_starts`;
 * the fit of the cores at work and the hand-over to a sweep of items of known CPU cost:
@@ -45,6 +46,7 @@ __all__ = [
     "workers_past_cores",
     "workers_at_cores",
     "timed_batches",
+    "items_for_sweep",
     "model_speedup",
     "sweep_seconds",
     "worker_starts",
@@ -117,6 +119,20 @@ def timed_batches(num_workers: int, batches: int, warmup: int) -> tuple[int, int
     """
     n = check_int("num_workers", num_workers)
     return max(check_int("batches", batches, minimum=1), 2 * n), max(check_int("warmup", warmup), n)
+
+
+def items_for_sweep(workers: Sequence[int], batches: int, warmup: int, items_per_batch: int,
+                    at_least: int = 0) -> int:
+    """Items a dataset needs so that one pass of every setting of a sweep fits in it.
+
+    :func:`feedgpu.measure.timing.time_loader` takes, per pass, the first batch (the
+    start-up), the warm-up and the timed batches of :func:`timed_batches`: the setting with
+    the most workers needs the most. At least ``at_least`` items (what a notebook used
+    before it was sized by the cores).
+    """
+    per_batch = check_int("items_per_batch", items_per_batch, minimum=1)
+    most = max(1 + sum(timed_batches(n, batches, warmup)) for n in workers)
+    return max(check_int("at_least", at_least), per_batch * most)
 
 
 def model_speedup(num_workers: int, cores: float, cpu_fraction: float) -> float:
@@ -254,8 +270,9 @@ def fit_sentence(fit: CoresFit) -> str:
     head = f"{fit.workers} workers on {fit.cores} cores: "
     if fit.cores_at_work < MOST_CORES * usable:
         cores = (f"{fit.cores_at_work:.2f} cores at work, well below the {usable} that {fit.workers} workers "
-                 f"can use: the loader did not have those cores to itself (another program, or a virtual "
-                 f"machine's neighbours), and the fit tells what it had")
+                 f"can use: the loader did not get those cores' full work (another program or a virtual "
+                 f"machine's neighbours took some, or, with many cores busy at once, each ran slower than the "
+                 f"one core that measured the items alone), and the fit tells what it had")
     elif fit.cores_can_limit:
         cores = (f"{fit.cores_at_work:.2f} cores at work, about all of them (the main process needs part of "
                  f"a core too)")
@@ -313,8 +330,10 @@ def scaling_sentences(measured: Mapping[str, Mapping[int, float]], model: Mappin
         elif grew < GREW:
             verdict = "it stopped at your cores, as the model says: these items need a core each"
         else:
-            verdict = ("it grew past your cores where the model says it stops: other programs were "
-                       "probably competing for the cores, and more processes got a larger share of them")
+            verdict = ("it grew past your cores where the model says it stops: more processes got more CPU "
+                       "time than the cores alone give, taken from other programs, or counted so by a virtual "
+                       "machine's clock (SpinDataset counts the CPU time the system reports); real decoding "
+                       "would not gain this way")
         sentences.append(f"{workload}: {figures}; {verdict}.")
     return sentences
 

@@ -18,16 +18,21 @@ The rules, the CUDA ones simplified:
 * Each engine runs one op at a time, in the order they were enqueued.
 * Enqueuing costs the host nothing; kernels never make it wait.
 * A copy from **pinned** memory goes on the copy engine. ``non_blocking=True``: the host
-  goes on at once, so the copy overlaps with what follows. Blocking: the host waits for
-  the copy's end, then pays one wait (``sync_s``).
+  goes on at once, so the copy overlaps with what the host does next; on its stream it
+  still starts only after what was enqueued there before it, so it overlaps kernels only
+  from another stream. Blocking: the host waits for the copy's end (so for everything
+  enqueued before it on its stream: PyTorch's blocking copy is ``cudaMemcpyAsync`` and
+  then a synchronisation of the stream, ``copy_kernel_cuda`` in ``aten/src/ATen/native/cuda/Copy.cu``),
+  then pays one wait (``sync_s``).
 * A copy from **pageable** memory is staged by the host, chunk by chunk, through a pinned
-  buffer. CUDA's "API synchronization behavior" page documents that such a copy returns
-  once the last chunk is staged, when the DMA may not have completed; staging keeps pace
-  with the DMA, so here the host is busy until the copy ends, even with
-  ``non_blocking=True`` (then without the extra ``sync_s``). CUDA synchronises the stream
-  before a pageable copy starts, and copies overlap with kernels only from page-locked
-  memory (CUDA's programming guide): here the copy waits for all earlier device work, so
-  it never overlaps with a kernel.
+  buffer. PyTorch calls ``cudaMemcpyAsync`` for it too, and CUDA's "API synchronization
+  behavior" page says of the asynchronous copies that where pageable memory must first be
+  staged to pinned memory, the driver may synchronize with the stream and stage the copy
+  into pinned memory. Here it does both: the copy waits for all earlier device work (so it
+  never overlaps with a kernel), and the host is busy staging until the copy ends, even
+  with ``non_blocking=True`` (then without the extra ``sync_s``). Copies overlap with
+  kernels only from page-locked memory (CUDA's programming guide). A loop's copies cost
+  :meth:`feedgpu.copies.CopyCosts.loop_copy_s` (:func:`simulate_training`).
 * :meth:`SimDevice.synchronize` makes the host wait for everything, plus one ``sync_s``.
 
 Reading the host clock right after a ``non_blocking`` copy is the classic timing
@@ -274,7 +279,8 @@ def simulate_training(n_batches: int, batch_bytes: float, compute_s: float,
         raise ValueError(f"n_batches must be an integer >= 1, got {n_batches!r}")
     _check_time("batch_bytes", batch_bytes)
     _check_time("compute_s", compute_s)
-    dev = SimDevice(CopyCosts() if costs is None else costs)
+    # a loop's copies: a pageable one costs what it costs in a loop (CopyCosts.pageable_in_loop)
+    dev = SimDevice((CopyCosts() if costs is None else costs).in_loop())
     n = int(n_batches)
 
     def load(k: int) -> Span:

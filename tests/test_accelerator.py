@@ -93,8 +93,7 @@ def test_step_returns_at_once_and_item_waits_for_its_step():
     with AsyncAccelerator(step_s, queue_depth=4) as device:
         start = time.perf_counter()
         values = [device.step(floats(2), [0, 1], [2 * k, 2 * k + 1]) for k in range(4)]
-        assert not any(v.done for v in values), f"the host ran ahead of the device: {values}"
-        assert "pending" in repr(values[0]), repr(values[0])
+        assert not any(v.done for v in values), "the host ran ahead of the device"
         assert device.syncs == 0, "queuing a step is no synchronisation"
         loss = values[-1].item()
         waited = time.perf_counter() - start
@@ -109,6 +108,68 @@ def test_step_returns_at_once_and_item_waits_for_its_step():
     assert all(e1 <= s2 for (_, e1), (s2, _) in zip(device.busy_spans, device.busy_spans[1:])), (
         "one step at a time")
     assert device.steps == 4 and device.received().ids.tolist() == list(range(8)), device.received()
+
+
+def test_item_of_an_earlier_step_waits_for_every_step_queued_before_the_call():
+    """As CUDA's loss.item() synchronises the stream: item() on the first of three queued steps
+    returns only once the two queued after it have run too."""
+    step_s = 0.05
+    with AsyncAccelerator(step_s, queue_depth=4) as device:
+        start = time.perf_counter()
+        values = [device.step(floats(1), [0]) for _ in range(3)]
+        assert not values[2].done, "the host queued three steps before the third ran"
+        loss = values[0].item()
+        returned = time.perf_counter()
+        assert loss == 0.0, loss
+        assert values[1].done and values[2].done, "item() returned with steps queued before it still to run"
+        assert len(device.busy_spans) == 3, f"three steps have run: {device.busy_spans}"
+        assert all(end <= returned for _, end in device.busy_spans), (
+            f"a step was still busy when item() returned at {returned}: {device.busy_spans}")
+        waited = returned - start
+        assert waited >= 0.9 * 3 * step_s, f"item() returned {waited:.3f} s after the first of 3 steps of {step_s} s"
+        assert device.syncs == 1, f"item() is one synchronisation, counted {device.syncs}"
+        values[2].item()
+        assert device.syncs == 2, f"an item() with nothing left to wait for still counts: {device.syncs}"
+
+
+@pytest.mark.parametrize("show, expected", [
+    (repr, "DeviceValue(0.0)"), (str, "DeviceValue(0.0)"), (print, "DeviceValue(0.0)"),
+    ("{}".format, "0.0"), ("{:.3f}".format, "0.000"),  # as a 0-dim tensor's f-string: its .item()'s
+], ids=["repr", "str", "print", "f-string", "f-string-spec"])
+def test_showing_a_value_waits_like_item(show, expected, capsys):
+    """repr, str, print and f-strings of a pending loss wait for the queue and count one
+    synchronisation (printing a CUDA tensor copies it to the host); .done does not wait."""
+    with AsyncAccelerator(0.04, queue_depth=4) as device:
+        values = [device.step(floats(1), [0]) for _ in range(2)]
+        assert not values[0].done and device.syncs == 0, ".done neither waits nor counts"
+        shown = show(values[0])
+        assert values[1].done, f"{show} returned with a step queued before it still to run"
+        assert device.syncs == 1, f"{show} is one synchronisation, counted {device.syncs}"
+    text = capsys.readouterr().out if show is print else shown
+    assert text.strip() == expected, f"the loss is shown, not a placeholder: {text!r}"
+
+
+def test_a_failed_step_raises_when_shown_and_item_reads_only_its_own_step():
+    """Showing a failed step raises its error, as item() does (then synchronize() does not
+    raise it again); item() of a good step waits for a failing one after it, without its error."""
+
+    class FailsOnNaN(torch.nn.Linear):
+        def forward(self, x):
+            if torch.isnan(x).any():
+                raise FloatingPointError("a NaN in the batch")
+            return super().forward(x)
+
+    with AsyncAccelerator(0.02, FailsOnNaN(3, 2), queue_depth=4) as device:
+        bad = device.step(floats(2, float("nan")), [0, 1])
+        with pytest.raises(FloatingPointError, match="NaN"):
+            print(bad)
+        device.synchronize()  # reported by print(bad) already
+        good = device.step(floats(2), [0, 1])
+        later_bad = device.step(floats(2, float("nan")), [0, 1])
+        assert np.isfinite(good.item()), "the good step's loss"
+        assert later_bad.done, "item() waited for the step queued after it"
+        with pytest.raises(RuntimeError, match="1 step.*FloatingPointError"):
+            device.synchronize()  # the later failure nobody read
 
 
 def test_synchronize_waits_for_every_queued_step():

@@ -79,6 +79,28 @@ def test_gpu_bench_says_why_it_measured_nothing_without_cuda():
     assert reason in figures[0]["note"], figures[0]["note"]
 
 
+def test_gpu_bench_replays_a_recorded_machine(tmp_path):
+    """--only gpu --readings: the gpu section's figures from the H200's readings, named as that machine's."""
+    out = tmp_path / "bench.json"
+    assert bench.main(["--only", "gpu", "--readings", "h200-2026-11-26", "--output", str(out)]) == 0
+    written = json.loads(out.read_text())
+    figures = {f["name"]: f for f in written["figures"]}
+    assert written["readings"] == "h200-2026-11-26" and not written["failed"]
+    assert "NVIDIA H200" in figures["gpu available"]["note"] and "not this machine" in figures["gpu available"]["note"]
+    assert all("h200-2026-11-26" in f["note"] for f in figures.values()), "every figure names the machine"
+    # the recorded loops stand as measured; the model of the copies predicts them within the budget
+    assert figures["gpu loop, plain copies"]["value"] == pytest.approx(0.2175, rel=1e-3)
+    for name in ("gpu model / measured, plain loop", "gpu model / measured, overlapped loop"):
+        assert 0.75 <= figures[name]["value"] <= 1.25, (name, figures[name]["value"])
+    live_names = {"gpu available", "gpu H2D bandwidth, pageable", "gpu H2D bandwidth, pinned",
+                  "gpu pinned / pageable bandwidth", "gpu pinning speed", "gpu pinning latency",
+                  "gpu first pin / later pins", "gpu loop, plain copies", "gpu loop, pinned + non_blocking + prefetch",
+                  "gpu overlap gain", "gpu model / measured, plain loop", "gpu model / measured, overlapped loop"}
+    assert live_names <= set(figures), f"the live section's names: missing {live_names - set(figures)}"
+    with pytest.raises(SystemExit):
+        bench.main(["--only", "gpu", "model", "--readings", "h200-2026-11-26", "--output", str(out)])
+
+
 def test_serialised_records_come_back_equal():
     """The memory bench's layouts of the records (its buffer, and the buffer in tensors) hold
     exactly the records of the list, in order."""

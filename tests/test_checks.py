@@ -115,3 +115,18 @@ def test_check_choice_returns_the_value_or_lists_the_choices():
     assert "statistic" in message and "'median'" in message and "'min'" in message and "'mean'" in message, (
         f"the message should name the argument, every choice and the value: {message!r}"
     )
+
+
+def test_import_named_finds_module_attribute_and_says_what_failed():
+    """MODULE:ATTRIBUTE, dotted attributes too; each failure is a one-line ValueError naming the flag."""
+    import os.path
+
+    from feedgpu.checks import import_named
+
+    assert import_named("os.path:join", "--step") == (os.path.join, os.path)
+    assert import_named("feedgpu.checks:import_named.__name__", "--x")[0] == "import_named"
+    for spec, found in [("os.path", "MODULE:ATTRIBUTE"), ("no_such_module_here:f", "cannot import"),
+                        ("os.path:no_such_name", "no attribute")]:
+        with pytest.raises(ValueError, match=found) as caught:
+            import_named(spec, "--loader")
+        assert "--loader" in str(caught.value) and "\n" not in str(caught.value), str(caught.value)

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from feedgpu.copies import (FROM_PAGEABLE, STRATEGIES, CopyCosts, LinearCost, best_strategy, fit_linear_cost,
+from feedgpu.copies import (FROM_PAGEABLE, STRATEGIES, CopyCosts, LinearCost, batch_sized, best_strategy, fit_linear_cost,
                             pin_then_copy_limit, pin_then_copy_slowdown, predict_strategies, strategy_time_s,
                             training_loop_s)
 
@@ -157,6 +157,39 @@ def test_training_loop_by_hand():
 
 SIZES = [4096 * 4**k for k in range(8)]  # 4 KiB .. 64 MiB
 TRUE = LinearCost(latency_s=15e-6, bytes_per_s=12 * GB)
+
+
+def test_a_copy_in_a_loop_costs_what_the_loop_pays():
+    """loop_copy_s uses pageable_in_loop for pageable copies, and nothing changes without it."""
+    slow = LinearCost(10e-6, 0.5 * GB)  # 1 MB: 10 us + 2 ms, twice the pageable copy alone
+    costs = CopyCosts(pageable=HAND.pageable, pinned=HAND.pinned, pinning=HAND.pinning, sync_s=HAND.sync_s,
+                      pageable_in_loop=slow)
+    assert costs.loop_copy_s(HAND_BYTES, pinned=False) == pytest.approx(10e-6 + 2e-3)
+    assert costs.copy_s(HAND_BYTES, pinned=False) == pytest.approx(10e-6 + 1e-3), "a copy alone is unchanged"
+    assert costs.loop_copy_s(HAND_BYTES, pinned=True) == pytest.approx(10e-6 + 0.5e-3), "pinned copies are not staged"
+    assert HAND.loop_copy_s(HAND_BYTES, pinned=False) == HAND.copy_s(HAND_BYTES, pinned=False)
+    assert HAND.in_loop() is HAND and costs.in_loop().pageable == slow and costs.in_loop().pinned == HAND.pinned
+    with pytest.raises(TypeError):
+        CopyCosts(pageable_in_loop=(10e-6, 1e9))
+
+
+def test_the_simulated_loop_pays_the_copy_in_a_loop():
+    """simulate_training's pageable loop: n (copy in a loop + compute), plus a wait per blocking copy."""
+    from feedgpu.simdevice import simulate_training
+
+    costs = CopyCosts(pageable=HAND.pageable, pinned=HAND.pinned, pinning=HAND.pinning, sync_s=HAND.sync_s,
+                      pageable_in_loop=LinearCost(10e-6, 0.5 * GB))
+    run = simulate_training(4, HAND_BYTES, 1e-3, costs)
+    by_hand = 4 * ((10e-6 + 2e-3) + 10e-6 + 1e-3) + 10e-6  # copy, its wait, compute; one final synchronize
+    assert run.total_s == pytest.approx(by_hand, rel=1e-9), f"simulated {run.total_s}, by hand {by_hand}"
+
+
+def test_a_loop_is_fitted_over_batch_sized_copies():
+    """batch_sized keeps the copies of 4 MiB and more, or all of them when fewer than two are."""
+    points = [(4096 * 4**k, 1e-5 * (k + 1)) for k in range(8)]  # 4 KiB ... 64 MiB
+    assert [b for b, _ in batch_sized(points)] == [4 * MIB, 16 * MIB, 64 * MIB]
+    few = [(4096, 1e-5), (MIB, 1e-4), (8 * MIB, 1e-3)]
+    assert batch_sized(few) == few, "one batch-sized copy cannot make a line: keep them all"
 
 
 def test_fit_recovers_exact_parameters():

@@ -19,6 +19,7 @@ from feedgpu.cores import (
     beyond_cores_sentence,
     fit_cores_at_work,
     fit_sentence,
+    items_for_sweep,
     model_speedup,
     one_per_core_sentence,
     scaling_sentences,
@@ -86,6 +87,18 @@ def test_workers_at_cores_is_at_least_two_and_grids_refuse_no_cores():
 def test_timed_batches_grow_with_the_workers(n, expected):
     """At least n warm-up batches and two waves of n timed; notebook 02's 6 and 2 stand below."""
     assert timed_batches(n, 6, 2) == expected
+
+
+@pytest.mark.parametrize("cores", CORE_COUNTS)
+def test_a_sweep_s_dataset_holds_a_pass_of_every_setting(cores):
+    """Notebook 02's known-cost items: 400 each on 2 cores as before; one pass of the largest setting fits on 16."""
+    n_items = items_for_sweep(workers_past_cores(cores), 6, 2, items_per_batch=8, at_least=400)
+    for n in workers_past_cores(cores):
+        timed, warm = timed_batches(n, 6, 2)
+        assert (1 + warm + timed) * 8 <= n_items, f"{n} workers: start-up, warm-up and timed batches need more items"
+    if cores <= 4:
+        assert n_items == 400, "the 2- and 4-core sweeps keep their 400 items"
+    assert items_for_sweep([32], 6, 2, items_per_batch=8) == 8 * (1 + 32 + 64), "a pass at 32 workers, by hand"
 
 
 # --------------------------------------------------------------------------- estimates
@@ -164,7 +177,7 @@ def test_fit_finds_the_cores_at_work_when_the_workers_fill_the_cores(cores, shar
     if share >= 0.9:
         assert "about all of them" in sentence and "well below" not in sentence, sentence
     else:
-        assert "well below" in sentence and "did not have those cores to itself" in sentence, sentence
+        assert "well below" in sentence and "did not get those cores' full work" in sentence, sentence
 
 
 def test_fit_of_two_workers_on_sixteen_cores_does_not_blame_another_program():
@@ -229,6 +242,7 @@ def test_scaling_sentences_name_a_run_that_missed_the_model(cores):
     sleep, spin, mixed = scaling_sentences(measured, model, cores)
     assert "stopped near your cores where the model says it grows" in sleep, sleep
     assert "grew past your cores where the model says it stops" in spin and "other programs" in spin, spin
+    assert "real decoding would not gain" in spin, spin
     assert "grew past your cores, but less than the model says" in mixed, mixed
 
 

@@ -141,8 +141,13 @@ def within(predicted: float, measured: float, tolerance: float = 0.25) -> bool:
     return abs(predicted - measured) <= tolerance * measured
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def measured_costs():
+    """The copy model measured at the start of the test that uses it, so that its prediction
+    and the measurement it is held to come from the same run: a GPU machine's pageable
+    copies change from one run to the next (on the H200 of readings/h200-2026-11-26 a 48 MiB
+    pageable copy lay between 2.1 and 5.4 ms in the recorded sweep, and took 21 ms in a run
+    of these tests)."""
     return measure_copy_costs()
 
 
@@ -169,7 +174,10 @@ def test_gpu_model_predicts_a_copy_it_was_not_fitted_on(measured_costs):
 def test_gpu_model_predicts_the_six_strategies(measured_costs):
     """The six strategies for 4 tensors of 32 MiB, predicted within 25% of measurement."""
     measured = measure_strategies(4, 32 * MIB)
-    predicted = predict_strategies(4, 32 * MIB, measured_costs.costs)
+    # four different tensors, copied one after the other: each source is not the one just
+    # copied, as a loop's fresh batches (the pageable copy as a loop pays it; on an H100 the
+    # copies alone predicted 11.3 ms for the pageable strategy, measured 18.9 ms)
+    predicted = predict_strategies(4, 32 * MIB, measured_costs.costs.in_loop())
     for name in predicted:
         assert within(predicted[name], measured[name]), (
             f"{name}: predicted {predicted[name]:.5f} s, measured {measured[name]:.5f} s")
@@ -181,6 +189,8 @@ def test_gpu_first_pin_allocates_and_later_pins_reuse():
     first = measure_first_pin(48 * MIB)
     if first.first_new_blocks is None:
         pytest.skip("this PyTorch does not count the host allocator's blocks")
+    if not first.cache_emptied:  # torch 2.11: no torch.accelerator.empty_host_cache (seen on an H100)
+        pytest.skip("this PyTorch cannot empty the host cache, so the first pinning may reuse a cached block")
     assert first.first_new_blocks >= 1, f"the first pinning should allocate: {first}"
     assert first.steady_new_blocks == 0, f"later pinnings should reuse the freed block: {first}"
 

@@ -14,12 +14,12 @@ cannot be imported, raises, or returns no DataLoader.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
+
+from ..checks import import_named
 
 __all__ = ["main", "UsageError"]
 
@@ -51,23 +51,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load(spec: str, what: str) -> Any:
-    """The object named by ``MODULE:ATTRIBUTE``."""
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise UsageError(f"{what} must look like MODULE:ATTRIBUTE (e.g. mytraining:make_loader), got {spec!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())  # the current directory is importable, as with python -m
+    """The object named by ``MODULE:ATTRIBUTE`` (:func:`feedgpu.checks.import_named`)."""
     try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 - any failure to import is the user's to fix, in one line
-        raise UsageError(f"cannot import {module_name!r} for {what}: {type(err).__name__}: {err}") from None
-    try:
-        obj = module
-        for part in attribute.split("."):
-            obj = getattr(obj, part)
-    except AttributeError:
-        raise UsageError(f"{module_name!r} has no attribute {attribute!r} ({what})") from None
-    return obj
+        return import_named(spec, what)[0]
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def _loader(spec: str) -> Any:

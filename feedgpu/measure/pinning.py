@@ -13,11 +13,14 @@ Two kinds of instrument:
   that thread is started). :func:`has_cuda` and :func:`cuda_skip_reason` tell a
   notebook whether the GPU cells can run.
 * **with a CUDA GPU**: the copy model's parameters (:func:`measure_copy_costs`: pageable
-  and pinned host-to-device bandwidth, timed with CUDA events, and the cost of
-  ``pin_memory()``), the first pinning of a size against later ones
+  and pinned host-to-device bandwidth, timed with CUDA events, alone and, for pageable
+  copies, inside a copy-then-compute loop (:func:`measure_loop_copy_seconds`), and the
+  cost of ``pin_memory()``), the first pinning of a size against later ones
   (:func:`measure_first_pin`), the tutorial's six strategies (:func:`measure_strategies`), the
-  unsynchronised timing mistake (:func:`measure_copy_timing_readings`) and a training
-  loop with and without copy/compute overlap on two streams (:func:`measure_training`).
+  unsynchronised timing mistake (:func:`measure_copy_timing_readings`), a training
+  loop with and without copy/compute overlap on two streams (:func:`measure_training`),
+  and every kind of copy by size as a readings folder records it
+  (:func:`measure_copy_table`, for ``feedgpu-record``).
   Without a GPU each of them raises :class:`NoCudaError` at once, with a message saying
   so, and a notebook skips the cell::
 
@@ -30,6 +33,10 @@ Two kinds of instrument:
 Every GPU timing here synchronises before reading a clock: the clock of a host that has
 only *enqueued* work says nothing about the work (:func:`measure_copy_timing_readings`
 shows by how much).
+
+:func:`empty_host_cache` empties PyTorch's cache of pinned blocks where this PyTorch can
+(``torch.accelerator.empty_host_cache`` is missing in PyTorch 2.11, for one) and says
+whether it did.
 """
 
 from __future__ import annotations
@@ -45,24 +52,31 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ..copies import STRATEGIES, CopyCosts, CostFit, fit_linear_cost
+from ..copies import STRATEGIES, CopyCosts, CostFit, batch_sized, fit_linear_cost
 from ..simdevice import TimingReadings
+from .machine import usable_cores
 
 __all__ = [
     "NoCudaError",
     "has_cuda",
     "cuda_skip_reason",
     "is_pinned",
+    "empty_host_cache",
     "PinReport",
     "pin_memory_report",
     "FirstPin",
     "measure_first_pin",
     "DEFAULT_SIZES",
+    "RECORD_SIZES",
+    "LARGE_COPY_BYTES",
+    "COPY_KINDS",
     "measure_copy_seconds",
+    "measure_loop_copy_seconds",
     "measure_pin_seconds",
     "measure_sync_s",
     "CostMeasurement",
     "measure_copy_costs",
+    "measure_copy_table",
     "measure_strategies",
     "measure_copy_timing_readings",
     "measure_compute_s",
@@ -132,6 +146,34 @@ def is_pinned(tensor: torch.Tensor) -> bool | None:
     for w in caught:
         logger.debug("is_pinned() warned: %s", w.message)
     return answer
+
+
+# Whether empty_host_cache() has said once that this PyTorch cannot empty the cache.
+_SAID_NO_EMPTY_HOST_CACHE = False
+
+
+def empty_host_cache() -> bool:
+    """Empty PyTorch's cache of pinned host blocks, where this PyTorch can; say whether it did.
+
+    Calls ``torch.accelerator.empty_host_cache()``, which gives every unused cached
+    pinned block back (a no-op before the allocator has pinned anything). Older PyTorch
+    lacks it (2.11 has no such function; 2.14 has it), and very old PyTorch lacks
+    ``torch.accelerator`` itself: then nothing is emptied, the first time this is logged
+    (a warning), and the answer is False. No private function of PyTorch is called.
+
+    Returns:
+        True if the cache was emptied, False if this PyTorch cannot empty it.
+    """
+    global _SAID_NO_EMPTY_HOST_CACHE
+    empty = getattr(getattr(torch, "accelerator", None), "empty_host_cache", None)
+    if empty is None:
+        if not _SAID_NO_EMPTY_HOST_CACHE:
+            _SAID_NO_EMPTY_HOST_CACHE = True
+            logger.warning("torch %s has no torch.accelerator.empty_host_cache(): the cache of pinned "
+                           "blocks is not emptied, so a 'first' pinning may reuse a cached block", torch.__version__)
+        return False
+    empty()
+    return True
 
 
 @dataclass
@@ -225,6 +267,20 @@ def pin_memory_report(*, num_workers: int = 0, batch_size: int = 4) -> PinReport
 #: Sizes (bytes) the copy model is fitted over: 4 KiB to 64 MiB, by factors of 4.
 DEFAULT_SIZES: tuple[int, ...] = tuple(4096 * 4**k for k in range(8))
 
+#: Sizes (bytes) a readings folder records (:func:`measure_copy_table`): 4 KiB to 512 MiB,
+#: every :data:`DEFAULT_SIZES` among them, and every power of two from 1 MiB up, where the
+#: CPU's caches stop holding a pageable copy's source (as ``readings/h200-2026-11-26``).
+RECORD_SIZES: tuple[int, ...] = tuple(2**k for k in (12, 14, 16, 18, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29))
+
+#: Above this size, :func:`measure_copy_table` times each kind of copy ``large_repeats`` times.
+LARGE_COPY_BYTES = 2**24
+
+#: The kinds of copy in each row of :func:`measure_copy_table`, in its order (the names
+#: :mod:`feedgpu.readings` reads).
+COPY_KINDS: tuple[str, ...] = ("h2d_pageable", "h2d_pageable_in_loop", "h2d_pinned", "d2h_pinned",
+                               "pin_memory_1thread", "pin_memory_cached", "host_copy_1thread",
+                               "host_copy_all_threads")
+
 
 def _check_repeats(repeats: int, warmup: int) -> None:
     if int(repeats) != repeats or repeats < 1:
@@ -291,6 +347,71 @@ def measure_copy_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, pinned: 
     return results
 
 
+def _check_sources(sources: int) -> None:
+    if int(sources) != sources or sources < 1:
+        raise ValueError(f"sources must be an integer >= 1, got {sources!r}")
+
+
+def _loop_copy_times(nbytes: int, *, pinned: bool, repeats: int, warmup: int, sources: int,
+                     matrix: torch.Tensor, matmuls: int) -> list[float]:
+    """Device seconds of ``repeats`` copies of ``nbytes`` to the GPU, each issued right after a
+    step's compute (``warmup`` untimed first), from ``sources`` host tensors in turn."""
+    host = [_host_tensor(nbytes, pinned=pinned) for _ in range(int(sources))]
+    dst = torch.empty(int(nbytes), dtype=torch.uint8, device="cuda")
+    times = []
+    for k in range(int(warmup) + int(repeats)):
+        # The previous step's kernels, queued on the current stream: the copy waits for them,
+        # as a loop's copy does, and the start event (recorded after them) leaves them out.
+        _compute(matrix, dst, matmuls)
+        src = host[k % len(host)]  # a loader hands over a fresh batch: not the one just copied
+        seconds = _event_seconds(lambda: dst.copy_(src, non_blocking=pinned))
+        if k >= warmup:
+            times.append(seconds)
+    return times
+
+
+def measure_loop_copy_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, pinned: bool = False,
+                              repeats: int = 5, warmup: int = 2, sources: int = 3, matrix_size: int = 2048,
+                              matmuls: int = 4) -> list[tuple[int, float]]:
+    """Host-to-device copy time per size, measured inside a copy-then-compute loop.
+
+    A copy costs more in a training loop than alone when it is pageable (the host stages
+    it; see :attr:`feedgpu.copies.CopyCosts.pageable_in_loop`). So each copy here runs as
+    in :func:`measure_training`'s plain loop, on the current stream: the previous step's
+    compute (:func:`measure_compute_s`'s kernels) is enqueued, then the copy is issued
+    right after it and waits for those kernels, as a loop's copy does. Only the copy is
+    timed, by CUDA events recorded just before and after it (so the compute it waited for
+    is not counted), then the device is synchronised. The copies come from ``sources``
+    host tensors in turn, since a loader hands over a fresh batch every step and the
+    source is not the one just copied. ``warmup`` untimed copies, then ``repeats`` timed;
+    the median is kept.
+
+    Args:
+        sizes_bytes: the sizes, in bytes.
+        pinned: copy from pinned memory (``non_blocking=True``) instead of pageable.
+        repeats, warmup: timed and untimed copies per size.
+        sources: host tensors of each size copied in turn (at least 1).
+        matrix_size, matmuls: the compute between copies, as :func:`measure_training`'s.
+
+    Returns:
+        ``[(nbytes, seconds), ...]`` in the order of ``sizes_bytes``, ready for
+        :func:`feedgpu.copies.fit_linear_cost`.
+
+    Raises:
+        NoCudaError: no CUDA GPU. ValueError: bad ``repeats``, ``warmup`` or ``sources``.
+    """
+    _require_cuda("measure_loop_copy_seconds")
+    _check_repeats(repeats, warmup)
+    _check_sources(sources)
+    matrix = _matrix(matrix_size)
+    results = []
+    for nbytes in sizes_bytes:
+        times = _loop_copy_times(int(nbytes), pinned=pinned, repeats=repeats, warmup=warmup, sources=sources,
+                                 matrix=matrix, matmuls=matmuls)
+        results.append((int(nbytes), statistics.median(times)))
+    return results
+
+
 def measure_pin_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, repeats: int = 5,
                         warmup: int = 2) -> list[tuple[int, float]]:
     """Time of ``tensor.pin_memory()`` per size (host clock: pinning is host work).
@@ -332,6 +453,11 @@ class FirstPin:
             pinning (``num_host_alloc`` of ``torch.cuda.host_memory_stats()``); None if
             this PyTorch does not count them.
         steady_new_blocks: the same, during all the later pinnings together.
+        cache_emptied: whether the cache of pinned blocks was emptied before the first
+            pinning (:func:`empty_host_cache`). False on a PyTorch that cannot empty it
+            (2.11, for one): a block of that size left in the cache by an earlier pinning
+            then serves the first one, which is no first one (``first_new_blocks`` 0
+            says so where it is counted).
     """
 
     nbytes: int
@@ -339,6 +465,7 @@ class FirstPin:
     steady_s: float
     first_new_blocks: int | None
     steady_new_blocks: int | None
+    cache_emptied: bool = True
 
 
 def _host_blocks_allocated() -> int | None:
@@ -362,7 +489,10 @@ def measure_first_pin(nbytes: int = 64 * 2**20, *, repeats: int = 5) -> FirstPin
     page-locked memory; a freed pinned tensor's block goes back to the cache, and the next
     pinning of that size reuses it. So the first pinning pays for new page-locked memory
     and the later ones are host copies. The cache is emptied first
-    (``torch.accelerator.empty_host_cache()``), so the first pinning here is a first one.
+    (:func:`empty_host_cache`), so the first pinning here is a first one; where this
+    PyTorch cannot empty it (2.11, for one) the result says so
+    (:attr:`FirstPin.cache_emptied` False) and the first pinning is a first one only if
+    nothing of that size was pinned before in this process.
 
     Raises:
         NoCudaError: no CUDA GPU. ValueError: bad ``repeats``.
@@ -371,7 +501,7 @@ def measure_first_pin(nbytes: int = 64 * 2**20, *, repeats: int = 5) -> FirstPin
     _check_repeats(repeats, 0)
     src = _host_tensor(nbytes, pinned=False)
     torch.cuda.synchronize()  # initialises CUDA, whose start-up must not be timed
-    torch.accelerator.empty_host_cache()
+    emptied = empty_host_cache()
     before = _host_blocks_allocated()
     start = time.perf_counter()
     pinned = src.pin_memory()
@@ -385,7 +515,7 @@ def measure_first_pin(nbytes: int = 64 * 2**20, *, repeats: int = 5) -> FirstPin
         times.append(time.perf_counter() - start)
         del pinned
     return FirstPin(int(nbytes), first, statistics.median(times), _difference(after_first, before),
-                    _difference(_host_blocks_allocated(), after_first))
+                    _difference(_host_blocks_allocated(), after_first), cache_emptied=emptied)
 
 
 def measure_sync_s(repeats: int = 50) -> float:
@@ -411,8 +541,8 @@ class CostMeasurement:
 
     Attributes:
         costs: the fitted model, ready for :func:`feedgpu.copies.predict_strategies`.
-        fits: ``"pageable"``, ``"pinned"`` and ``"pinning"``: each :class:`CostFit`,
-            which keeps the measured points and the residuals.
+        fits: ``"pageable"``, ``"pinned"``, ``"pinning"`` and ``"pageable_in_loop"``: each
+            :class:`CostFit`, which keeps the measured points and the residuals.
     """
 
     costs: CopyCosts
@@ -421,8 +551,14 @@ class CostMeasurement:
 
 def measure_copy_costs(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, repeats: int = 5,
                        warmup: int = 2) -> CostMeasurement:
-    """Measure pageable copies, pinned copies and pinning over ``sizes_bytes``, fit each
-    with :func:`feedgpu.copies.fit_linear_cost`, and measure ``sync_s``.
+    """Measure pageable copies, pinned copies and pinning over ``sizes_bytes``, and pageable
+    copies inside a copy-then-compute loop (:func:`measure_loop_copy_seconds`); fit each
+    with :func:`feedgpu.copies.fit_linear_cost` (the copies in a loop over the batch-sized
+    ones only: :func:`feedgpu.copies.batch_sized`), and measure ``sync_s``.
+
+    Returns:
+        A :class:`CostMeasurement` whose ``costs`` carry the in-loop fit as
+        ``pageable_in_loop`` (what :meth:`feedgpu.copies.CopyCosts.loop_copy_s` uses).
 
     Raises:
         NoCudaError: no CUDA GPU.
@@ -432,13 +568,119 @@ def measure_copy_costs(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, repeats: i
         "pageable": measure_copy_seconds(sizes_bytes, pinned=False, repeats=repeats, warmup=warmup),
         "pinned": measure_copy_seconds(sizes_bytes, pinned=True, repeats=repeats, warmup=warmup),
         "pinning": measure_pin_seconds(sizes_bytes, repeats=repeats, warmup=warmup),
+        "pageable_in_loop": measure_loop_copy_seconds(sizes_bytes, pinned=False, repeats=repeats, warmup=warmup),
     }
+    samples["pageable_in_loop"] = batch_sized(samples["pageable_in_loop"])  # a loop's copies are batches
     fits = {name: fit_linear_cost([b for b, _ in points], [s for _, s in points])
             for name, points in samples.items()}
     costs = CopyCosts(pageable=fits["pageable"].cost, pinned=fits["pinned"].cost,
-                      pinning=fits["pinning"].cost, sync_s=measure_sync_s())
+                      pinning=fits["pinning"].cost, sync_s=measure_sync_s(),
+                      pageable_in_loop=fits["pageable_in_loop"].cost)
     logger.debug("measured copy costs: %s", costs)
     return CostMeasurement(costs, fits)
+
+
+def _event_times(run: Callable[[], Any], *, repeats: int, warmup: int) -> list[float]:
+    """Device seconds (CUDA events) of ``repeats`` runs of ``run``, after ``warmup`` untimed ones."""
+    times = [_event_seconds(run) for _ in range(int(warmup) + int(repeats))]
+    return times[int(warmup):]
+
+
+#: Seconds of untimed runs, at least, before a host copy is timed in :func:`measure_copy_table`.
+SETTLE_S = 0.1
+
+
+def _host_times(run: Callable[[], Any], *, repeats: int, warmup: int, settle_s: float = SETTLE_S) -> list[float]:
+    """Host seconds (:func:`_wall_seconds`) of ``repeats`` runs of ``run``, after untimed ones:
+    ``warmup`` of them, and more until ``settle_s`` has passed. The first host copies on many
+    threads after a pause of the other cores can take milliseconds, not microseconds (seen
+    on an H100 machine with 16 cores: 4 MiB on 16 threads took 12, 12 and 4 ms, then
+    0.04 ms; 64 KiB pinned took 6 ms for some runs after the copies to the GPU), as idle cores wake up."""
+    began = time.perf_counter()
+    done = 0
+    while done < warmup or time.perf_counter() - began < settle_s:
+        _wall_seconds(run)
+        done += 1
+    return [_wall_seconds(run) for _ in range(int(repeats))]
+
+
+def _summary(times: Sequence[float]) -> dict[str, Any]:
+    return {"median_s": statistics.median(times), "min_s": min(times), "all_s": list(times)}
+
+
+def measure_copy_table(sizes_bytes: Sequence[int] = RECORD_SIZES, *, repeats: int = 20, large_repeats: int = 8,
+                       warmup: int = 2, sources: int = 3, matrix_size: int = 2048,
+                       matmuls: int = 4) -> list[dict[str, Any]]:
+    """Every kind of copy a readings folder records, by size: the rows of its ``copies`` list.
+
+    For each size, each kind of copy (:data:`COPY_KINDS`) is run ``warmup`` times untimed,
+    then timed ``repeats`` times (``large_repeats`` above :data:`LARGE_COPY_BYTES`):
+
+    * ``h2d_pageable``: host to device from pageable memory, alone (CUDA events);
+    * ``h2d_pageable_in_loop``: the same inside a copy-then-compute loop, from ``sources``
+      tensors in turn (as :func:`measure_loop_copy_seconds`; CUDA events);
+    * ``h2d_pinned``: host to device from pinned memory, ``non_blocking=True`` (CUDA events);
+    * ``d2h_pinned``: device to host into pinned memory, ``non_blocking=True`` (CUDA events);
+    * ``pin_memory_1thread``: ``tensor.pin_memory()`` with ``torch.set_num_threads(1)``, as
+      the DataLoader's pin thread runs it (``torch/utils/data/_utils/pin_memory.py`` sets one
+      thread there); the host's clock, the caching allocator warm;
+    * ``pin_memory_cached``: ``tensor.pin_memory()`` on torch's threads as they were when
+      this was called, as a call in the user's thread runs it (host clock, allocator warm);
+    * ``host_copy_1thread``, ``host_copy_all_threads``: a host-to-host copy into memory
+      already held, on one thread and on every usable core (host clock).
+
+    The host clock is read with the device idle before and synchronised after, and the
+    untimed runs of a host copy go on for at least :data:`SETTLE_S` (the first copies on
+    many threads after a pause are slow while idle cores wake up). Torch's thread count is
+    restored afterwards, also on an error.
+
+    Args:
+        sizes_bytes: the sizes, in bytes (default :data:`RECORD_SIZES`: 4 KiB to 512 MiB).
+        repeats, large_repeats, warmup: timed runs per kind (small and large sizes) and untimed ones.
+        sources, matrix_size, matmuls: the loop of ``h2d_pageable_in_loop``.
+
+    Returns:
+        One dict per size, in the order of ``sizes_bytes``: ``{"bytes": n, kind:
+        {"median_s", "min_s", "all_s"}, ...}`` for every kind of :data:`COPY_KINDS`
+        (seconds), as ``copies_and_loop.json`` holds them (:mod:`feedgpu.readings`).
+
+    Raises:
+        NoCudaError: no CUDA GPU. ValueError: bad ``repeats``, ``large_repeats``,
+        ``warmup`` or ``sources``.
+    """
+    _require_cuda("measure_copy_table")
+    _check_repeats(repeats, warmup)
+    _check_repeats(large_repeats, warmup)
+    _check_sources(sources)
+    default_threads = torch.get_num_threads()
+    matrix = _matrix(matrix_size)
+    rows = []
+    try:
+        for nbytes in sizes_bytes:
+            n = int(nbytes)
+            timed = {"repeats": repeats if n <= LARGE_COPY_BYTES else large_repeats, "warmup": warmup}
+            pageable = _host_tensor(n, pinned=False)
+            pinned = _host_tensor(n, pinned=True)
+            device = torch.empty(n, dtype=torch.uint8, device="cuda")
+            host = torch.empty_like(pageable)
+            row: dict[str, Any] = {}
+            row["h2d_pageable"] = _summary(_event_times(lambda: device.copy_(pageable), **timed))
+            row["h2d_pageable_in_loop"] = _summary(_loop_copy_times(n, pinned=False, sources=sources, matrix=matrix,
+                                                                    matmuls=matmuls, **timed))
+            row["h2d_pinned"] = _summary(_event_times(lambda: device.copy_(pinned, non_blocking=True), **timed))
+            row["d2h_pinned"] = _summary(_event_times(lambda: pinned.copy_(device, non_blocking=True), **timed))
+            row["pin_memory_cached"] = _summary(_host_times(lambda: pageable.pin_memory(), **timed))
+            torch.set_num_threads(1)
+            row["pin_memory_1thread"] = _summary(_host_times(lambda: pageable.pin_memory(), **timed))
+            row["host_copy_1thread"] = _summary(_host_times(lambda: host.copy_(pageable), **timed))
+            torch.set_num_threads(usable_cores())
+            row["host_copy_all_threads"] = _summary(_host_times(lambda: host.copy_(pageable), **timed))
+            torch.set_num_threads(default_threads)
+            rows.append({"bytes": n, **{kind: row[kind] for kind in COPY_KINDS}})
+            del pageable, pinned, device, host
+    finally:
+        torch.set_num_threads(default_threads)
+    return rows
 
 
 def _strategy_runner(strategy: str, tensors: list[torch.Tensor]) -> Callable[[], Any]:

@@ -8,7 +8,8 @@
 * :mod:`~feedgpu.workflows.check` (``feedgpu-check``): a learner grades their own notebook
   with the same pipeline, in a scratch gradebook;
 * :mod:`~feedgpu.workflows.site` (``feedgpu-site``): the reference run as a static site;
-* :mod:`~feedgpu.workflows.bench` (``feedgpu-bench``): the course's figures.
+* :mod:`~feedgpu.workflows.bench` (``feedgpu-bench``): the course's figures;
+* :mod:`~feedgpu.workflows.record` (``feedgpu-record``): a GPU machine's readings folder (:mod:`feedgpu.readings`).
 """
 
 from pathlib import Path

@@ -1,7 +1,9 @@
 """The course's figures, measured on this machine: a table on screen and a JSON file.
 
-Usage: ``feedgpu-bench [--output build/bench.json] [--only NAME ...]``; with ``--only``
-the named figures replace their earlier values in the JSON file and the others are kept.
+Usage: ``feedgpu-bench [--output build/bench.json] [--only NAME ...] [--readings FOLDER]``;
+with ``--only`` the named figures replace their earlier values in the JSON file and the
+others are kept. ``--only gpu --readings FOLDER`` computes the gpu section from a recorded
+machine of ``readings/`` instead of a live GPU.
 
 Timings are never asserted in tests; they are measured here, in one run, and the claims
 are ratios between figures of the same run (``make bench``).
@@ -348,14 +350,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "bench.json")
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHES | EXTRA), help="run only these")
+    parser.add_argument("--readings", metavar="FOLDER",
+                        help="the gpu section from a recorded machine (a folder of readings/) instead of a live GPU")
     args = parser.parse_args(argv)
+    if args.readings is not None and args.only != ["gpu"]:
+        parser.error("--readings replays the gpu section only: use it with --only gpu")
     (ROOT / "build").mkdir(exist_ok=True)
     figures, failed = [], []
     for name in args.only or BENCHES:
         print(f"measuring {name} ...", file=sys.stderr, flush=True)
         try:
-            figures.extend(dict(f, bench=name, when=time.strftime("%Y-%m-%d %H:%M:%S"))
-                           for f in (BENCHES | EXTRA)[name]())
+            run = (BENCHES | EXTRA)[name]
+            found = run(readings=args.readings) if args.readings is not None else run()
+            figures.extend(dict(f, bench=name, when=time.strftime("%Y-%m-%d %H:%M:%S")) for f in found)
         except Exception as err:  # noqa: BLE001 (keep the other figures; report at the end)
             failed.append(f"{name}: {type(err).__name__}: {err}"[:500])
     print_table(figures)
@@ -369,7 +376,10 @@ def main(argv: list[str] | None = None) -> int:
         figures = [f for f in earlier if f.get("bench") not in args.only] + figures
     args.output.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.output.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"machine": machine(), "figures": figures, "failed": failed}, indent=2))
+    record = {"machine": machine(), "figures": figures, "failed": failed}
+    if args.readings is not None:
+        record["readings"] = args.readings  # the gpu figures are that recorded machine's, not this one's
+    tmp.write_text(json.dumps(record, indent=2))
     tmp.replace(args.output)
     print(f"written to {args.output}")
     for line in failed:
