@@ -59,6 +59,15 @@ SOLUTION_MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION")
 #: a whole-notebook grading costs time; the one-kernel runs try every notebook's).
 DELEGATING = "00_orientation"
 
+#: Graded alone, after the others, in the session's grading, and run alone, on every core,
+#: after the others' one-kernel runs (test_answers_graded_alone.py): the capstone's graded
+#: run keeps a loader of 5 workers busy for about a core's worth of CPU, and its bound
+#: allows 25%. On the course's 2-core machine, right after notebook 06 had freed its
+#: gigabytes, the run on one core reached 0.68 of the bound (the kernel still reclaiming
+#: memory there), and on both cores 0.94; next to another grading, 0.66 to 0.73 (a
+#: fresh-clone run, 2026-11-27), where it had passed before by the luck of its neighbour.
+GRADED_ALONE = ("09_capstone",)
+
 #: Each answer with references in :data:`feedgpu.testing.REFERENCES` handed in as a call of
 #: one of them, in the ways a student could write it, for every notebook: kept beside each
 #: notebook's wrong answers in ``tests/wrong_answers/``. Each would pass most of its tests

@@ -12,7 +12,10 @@ grading (which has the machine to itself), each kernel, and every process it sta
 core of its own from the start: as on a small JupyterHub pod, and so that neither slows
 the other's timing checks (a kernel on both cores took time from the other's one core, and
 the capstone's loop missed its stall-free target so). Every step below runs on that one
-core, so the stubs and wrong answers must fail where the solution passes. In that kernel:
+core, so the stubs and wrong answers must fail where the solution passes. The capstone
+(``GRADED_ALONE``) runs last, alone, on every core: its graded loop needs about a core's
+worth of CPU, and one core shared with the kernel's own work (reclaiming the memory an
+earlier notebook freed) left it short of its bound. In that kernel:
 
 1. the set-up cells and the solution, every answer and every test; no test may fail, and
    none may write to stderr, because nbgrader scores a test cell with stderr output zero
@@ -45,7 +48,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +58,7 @@ import pytest
 from feedgpu.testing import REFERENCES, NothingToHide
 from grading_fixtures import (
     DELEGATIONS,
+    GRADED_ALONE,
     RELEASE,
     SOLUTIONS,
     OneKernel,
@@ -95,8 +99,8 @@ class Run:
     release_failed: set[str] = field(default_factory=set)  # pass 5
 
 
-def run_notebook(name: str, core: int = 0) -> Run:
-    """The one-kernel run of notebook ``name``, on the ``core``-th core."""
+def run_notebook(name: str, core: int | None = 0) -> Run:
+    """The one-kernel run of notebook ``name``, on the ``core``-th core (on every core: None)."""
     solution = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", 4)
     assert (RELEASE / name / f"{name}.ipynb").is_file(), f"{name} has no release: run `make release`"
     release = nbformat.read(RELEASE / name / f"{name}.ipynb", 4)
@@ -117,7 +121,8 @@ def run_notebook(name: str, core: int = 0) -> Run:
         return outputs
 
     with OneKernel(SOLUTIONS / name) as kernel:
-        kernel.run_ok(one_core(core), "putting the kernel on one core")
+        if core is not None:
+            kernel.run_ok(one_core(core), "putting the kernel on one core")
         for c in cells:
             if is_setup(c):
                 err = error_of(kernel.run(c.source))
@@ -179,10 +184,21 @@ def one_kernel_runs(request) -> dict[str, Future]:
     cores, local = itertools.count(), threading.local()
     pool = ThreadPoolExecutor(AT_ONCE, thread_name_prefix="one-kernel",
                               initializer=lambda: setattr(local, "core", next(cores)))  # each thread its core
+    last = ThreadPoolExecutor(1, thread_name_prefix="one-kernel-alone")
+    runs = {name: pool.submit(lambda n: run_notebook(n, local.core), name)
+            for name in NAMES if name in wanted and name not in GRADED_ALONE}
+    others = list(runs.values())
+
+    def alone(name: str) -> Run:  # after the others, with the machine to itself (GRADED_ALONE)
+        wait(others)
+        return run_notebook(name, core=None)
+
+    runs.update({name: last.submit(alone, name) for name in NAMES if name in wanted and name in GRADED_ALONE})
     try:
-        yield {name: pool.submit(lambda n: run_notebook(n, local.core), name) for name in NAMES if name in wanted}
+        yield runs
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        last.shutdown(wait=True, cancel_futures=True)
 
 
 @pytest.fixture(scope="module", params=NAMES)
