@@ -25,6 +25,7 @@ Both cross DataLoader worker processes intact, like every built-in exception.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import math
 import numbers
@@ -33,9 +34,10 @@ import os
 import sys
 import types
 from collections.abc import Collection
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
-__all__ = ["check_int", "check_number", "check_seconds", "check_choice", "import_named"]
+__all__ = ["check_int", "check_number", "check_seconds", "check_choice", "import_named", "UsageError",
+           "OneLineParser", "one_line"]
 
 T = TypeVar("T")
 
@@ -159,3 +161,21 @@ def import_named(spec: str, what: str) -> tuple[Any, types.ModuleType]:
     except AttributeError:
         raise ValueError(f"{module_name!r} has no attribute {attribute!r} ({what})") from None
     return obj, module
+
+
+class UsageError(Exception):
+    """A command line's reason to exit 2, said in one line (:func:`one_line`)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``argparse`` parser that raises :class:`UsageError` instead of printing its usage
+    and exiting, so that a command (``feedgpu-diagnose``, ``feedgpu-record``) says what is
+    wrong in one line, as it does for every other bad argument."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def one_line(message: object) -> str:
+    """``message`` with every run of white space, line breaks included, made one space."""
+    return " ".join(str(message).split())

@@ -17,26 +17,17 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
-from ..checks import import_named
+from ..checks import OneLineParser, UsageError, import_named, one_line
 
-__all__ = ["main", "UsageError"]
+__all__ = ["main", "UsageError", "build_loader"]
 
 PROG = "feedgpu-diagnose"
 
 
-class UsageError(Exception):
-    """A reason to exit 2, in one line."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # argparse prints usage and exits 2: one line instead
-        raise UsageError(message)
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Diagnose a DataLoader's feeding of a training step: what the loop "
+    parser = OneLineParser(prog=PROG, description="Diagnose a DataLoader's feeding of a training step: what the loop "
                      "waits for, why, and the setting to try first (predicted, then measured).")
     parser.add_argument("factory", metavar="MODULE:FACTORY", help="a function that returns your DataLoader")
     steps = parser.add_mutually_exclusive_group(required=True)
@@ -58,12 +49,14 @@ def _load(spec: str, what: str) -> Any:
         raise UsageError(str(err)) from None
 
 
-def _loader(spec: str) -> Any:
+def build_loader(factory: Any, spec: str) -> Any:
+    """``factory()``, the user's DataLoader (``spec`` names the factory in the messages).
+
+    Raises:
+        UsageError: the factory raised, or returned something other than a DataLoader.
+    """
     from torch.utils.data import DataLoader
 
-    factory = _load(spec, "the factory")
-    if not callable(factory):
-        raise UsageError(f"{spec} is not callable: give a function that returns your DataLoader")
     try:
         loader = factory()
     except Exception as err:  # noqa: BLE001 - the factory's failure, reported in one line
@@ -73,8 +66,11 @@ def _loader(spec: str) -> Any:
     return loader
 
 
-def _one_line(message: str) -> str:
-    return " ".join(str(message).split())
+def _loader(spec: str) -> Any:
+    factory = _load(spec, "the factory")
+    if not callable(factory):
+        raise UsageError(f"{spec} is not callable: give a function that returns your DataLoader")
+    return build_loader(factory, spec)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (TypeError, ValueError) as err:
             raise UsageError(f"{type(err).__name__}: {err}") from None
     except UsageError as err:
-        print(f"{PROG}: error: {_one_line(str(err))}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted (every worker was stopped)", file=sys.stderr)

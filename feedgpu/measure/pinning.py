@@ -52,6 +52,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from ..checks import check_int
 from ..copies import STRATEGIES, CopyCosts, CostFit, batch_sized, fit_linear_cost
 from ..simdevice import TimingReadings
 from .machine import usable_cores
@@ -337,19 +338,10 @@ def measure_copy_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, pinned: 
     for nbytes in sizes_bytes:
         src = _host_tensor(nbytes, pinned=pinned)
         dst = torch.empty(int(nbytes), dtype=torch.uint8, device="cuda")
-        times = []
-        for k in range(int(warmup) + int(repeats)):
-            seconds = _event_seconds(lambda: dst.copy_(src, non_blocking=pinned))
-            if k >= warmup:
-                times.append(seconds)
+        times = _event_times(lambda: dst.copy_(src, non_blocking=pinned), repeats=repeats, warmup=warmup)
         results.append((int(nbytes), statistics.median(times)))
         del src, dst
     return results
-
-
-def _check_sources(sources: int) -> None:
-    if int(sources) != sources or sources < 1:
-        raise ValueError(f"sources must be an integer >= 1, got {sources!r}")
 
 
 def _loop_copy_times(nbytes: int, *, pinned: bool, repeats: int, warmup: int, sources: int,
@@ -402,7 +394,7 @@ def measure_loop_copy_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, pin
     """
     _require_cuda("measure_loop_copy_seconds")
     _check_repeats(repeats, warmup)
-    _check_sources(sources)
+    check_int("sources", sources, minimum=1)
     matrix = _matrix(matrix_size)
     results = []
     for nbytes in sizes_bytes:
@@ -651,7 +643,7 @@ def measure_copy_table(sizes_bytes: Sequence[int] = RECORD_SIZES, *, repeats: in
     _require_cuda("measure_copy_table")
     _check_repeats(repeats, warmup)
     _check_repeats(large_repeats, warmup)
-    _check_sources(sources)
+    check_int("sources", sources, minimum=1)
     default_threads = torch.get_num_threads()
     matrix = _matrix(matrix_size)
     rows = []

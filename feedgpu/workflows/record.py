@@ -56,9 +56,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from ..checks import import_named
+from ..checks import OneLineParser, UsageError, import_named, one_line
 from . import COURSE_ROOT
 
 __all__ = ["main", "Instruments", "default_instruments", "Plan", "plan_for", "COPY_LOOPS", "default_name",
@@ -100,15 +100,6 @@ COPY_LOOPS: tuple[CopyLoopSpec, ...] = (
 
 #: Timed runs of each copy loop; the median is recorded (each run after its own untimed one).
 COPY_LOOP_RUNS = 3
-
-
-class UsageError(Exception):
-    """A reason to exit 2, in one line."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # argparse prints usage and exits 2: one line instead
-        raise UsageError(message)
 
 
 # --------------------------------------------------------------------------- instruments
@@ -264,16 +255,11 @@ def _load(spec: str, what: str) -> tuple[Any, Any]:
 
 def _user_loop(loader_spec: str, step_spec: str) -> tuple[Any, Any, dict[str, Path]]:
     """The user's DataLoader (built by the factory), the step, and their modules' files to keep."""
-    from torch.utils.data import DataLoader
+    from ..diagnosis.command import build_loader
 
     factory, loader_module = _load(loader_spec, "--loader")
     step, step_module = _load(step_spec, "--step")
-    try:
-        loader = factory()
-    except Exception as err:  # noqa: BLE001 - the factory's failure, reported in one line
-        raise UsageError(f"{loader_spec}() raised {type(err).__name__}: {err}") from None
-    if not isinstance(loader, DataLoader):
-        raise UsageError(f"{loader_spec}() returned a {type(loader).__name__}, not a torch.utils.data.DataLoader")
+    loader = build_loader(factory, loader_spec)
     kept = {}
     for module in (loader_module, step_module):
         source = getattr(module, "__file__", None)
@@ -482,7 +468,7 @@ def _record_loop(instruments: Instruments, plan: Plan, loader: Any, step: Any,
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Record this machine's readings folder (readings/<gpu>-<date>/): "
+    parser = OneLineParser(prog=PROG, description="Record this machine's readings folder (readings/<gpu>-<date>/): "
                      "copies by size, the course's copy loops, the bench's gpu figures, and your loop. Needs a "
                      "CUDA GPU.")
     parser.add_argument("--name", help="the folder's name (default: the GPU's name and today's date, e.g. "
@@ -510,10 +496,6 @@ def _workers(text: str | None) -> list[int] | None:
     if not counts or counts[0] < 0:
         raise UsageError(f"--workers must be numbers >= 0, e.g. 0,2,4, got {text!r}")
     return counts
-
-
-def _one_line(message: str) -> str:
-    return " ".join(str(message).split())
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -553,7 +535,7 @@ def main(argv: Sequence[str] | None = None, *, instruments: Instruments | None =
             loader, step, kept = _user_loop(args.loader, args.step)
         return _record(args, argv, instruments, gpu, when, folder, loader, step, kept, workers)
     except UsageError as err:
-        print(f"{PROG}: error: {_one_line(str(err))}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted: nothing written", file=sys.stderr)

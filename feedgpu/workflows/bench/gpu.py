@@ -54,14 +54,8 @@ def bench_gpu(readings: str | None = None) -> list[Figure]:
     compute_s = measure_compute_s()
     plain = measure_training(N_BATCHES, BATCH_BYTES)
     overlapped = measure_training(N_BATCHES, BATCH_BYTES, pinned=True, non_blocking=True, prefetch=True)
-    figures = _figures(torch.cuda.get_device_name(), costs, first_pin.first_s / first_pin.steady_s, compute_s,
-                       plain, overlapped, sizes, "")
-    if not first_pin.cache_emptied:  # an older torch (2.11) has no torch.accelerator.empty_host_cache
-        for f in figures:
-            if f["name"] == "gpu first pin / later pins":
-                f["note"] = (f"{BATCH_BYTES / 2**20:.0f} MiB, host cache NOT emptied first (this torch cannot): "
-                             "the first pin may reuse a cached block")
-    return figures
+    return _figures(torch.cuda.get_device_name(), costs, first_pin.first_s / first_pin.steady_s, compute_s,
+                    plain, overlapped, sizes, "", first_pin_emptied=first_pin.cache_emptied)
 
 
 def _replayed(name: str, sizes: str) -> list[Figure]:
@@ -76,13 +70,14 @@ def _replayed(name: str, sizes: str) -> list[Figure]:
     first_pin = recorded.bench_figure("gpu first pin / later pins")
     figures = _figures(recorded.describe(), recorded.copy_costs(), first_pin, plain.compute_s,
                        plain.measured_s, overlapped.measured_s, sizes + " of its recorded copies",
-                       f"recorded: {recorded.name}")
+                       f"recorded: {recorded.name}",
+                       first_pin_emptied=recorded.machine.get("guards", {}).get("empty_host_cache", True))
     figures[0]["note"] = f"not this machine: {recorded.describe()} (readings/{recorded.name})"
     return figures
 
 
 def _figures(device: str, costs, first_pin_ratio: float | None, compute_s: float, plain: float, overlapped: float,
-             sizes: str, recorded: str) -> list[Figure]:
+             sizes: str, recorded: str, first_pin_emptied: bool = True) -> list[Figure]:
     from feedgpu.copies import training_loop_s
 
     model_plain = training_loop_s(N_BATCHES, costs.loop_copy_s(BATCH_BYTES, pinned=False), compute_s, overlapped=False)
@@ -105,8 +100,10 @@ def _figures(device: str, costs, first_pin_ratio: float | None, compute_s: float
         figure("gpu pinning latency", costs.pinning.latency_s * 1e6, "us", noted("")),
     ]
     if first_pin_ratio is not None:
+        emptied = ("empty host cache first" if first_pin_emptied else  # torch 2.11: no empty_host_cache
+                   "host cache NOT emptied first (this torch cannot): the first pin may reuse a cached block")
         figures.append(figure("gpu first pin / later pins", first_pin_ratio, "x",
-                              noted(f"{BATCH_BYTES / 2**20:.0f} MiB, empty host cache first")))
+                              noted(f"{BATCH_BYTES / 2**20:.0f} MiB, {emptied}")))
     return figures + [
         figure("gpu loop, plain copies", plain, "s", noted(loop)),
         figure("gpu loop, pinned + non_blocking + prefetch", overlapped, "s", noted(loop)),
