@@ -75,8 +75,7 @@ REFERENCES: dict[str, tuple[str, ...]] = {
     "measure": ("feedgpu.measure.timing:time_loader",),
     "speedup_table": NothingToHide("pandas arithmetic on the student's own sweep: no code of the course "
                                    "computes speed-ups or efficiencies from a table"),
-    "predict_speedup": NothingToHide("the course's model (feedgpu.model) counts every second of an item as "
-                                     "CPU; none of its code splits an item into waiting and computing"),
+    "predict_speedup": ("feedgpu.cores:model_speedup",),
     "time_epochs": ("feedgpu.measure.timing:time_loader",),
     # 03_prefetch_transfer
     "time_per_batch": ("feedgpu.model:steady_state_time_per_batch", "feedgpu.testing:overlap_model"),
@@ -87,7 +86,7 @@ REFERENCES: dict[str, tuple[str, ...]] = {
                                      "images per second, never shares"),
     "slowest_stage": NothingToHide("a maximum over a dict; the course's bottleneck_stage names a stage of "
                                    "its own model from three fixed costs, not a key of a table"),
-    "expected_speedup": ("feedgpu.model:steady_state_time_per_batch",),
+    "expected_speedup": ("feedgpu.model:steady_state_time_per_batch", "feedgpu.cores:CoresFit.model_s"),
     "seed_worker": NothingToHide("no code of the course or of PyTorch reseeds a dataset's numpy generator "
                                  "in a worker: that is the gap the exercise fills"),
     # 05_pinned_memory

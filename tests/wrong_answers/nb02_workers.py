@@ -11,6 +11,9 @@ import textwrap
 from wrong_answers import wrong
 
 DELEGATIONS = {
+    "predict_speedup": """
+        from feedgpu.cores import model_speedup as predict_speedup
+    """,
     "measure": """
         def measure(loader, batches, warmup=2, repeats=3):
             timing = time_loader(loader, batches=batches, warmup=max(warmup - 1, 0), repeats=repeats)
