@@ -235,6 +235,14 @@ class Readings:
         (b0, s0), (b1, s1) = (sizes[k - 1], seconds[k - 1]), (sizes[k], seconds[k])
         return s0 + (s1 - s0) * (nbytes - b0) / (b1 - b0)
 
+    def steady_loop_s(self) -> dict[int, float]:
+        """The recorded loop's seconds per batch by ``num_workers``: the mean of its rows at
+        that count (with and without a synchronize per step, where both were recorded)."""
+        rows: dict[int, list[float]] = {}
+        for loop in self.loops:
+            rows.setdefault(loop.num_workers, []).append(loop.s_per_batch)
+        return {n: sum(v) / len(v) for n, v in sorted(rows.items())}
+
     def bench_figure(self, name: str) -> float | None:
         """A figure of the recorded ``feedgpu-bench --only gpu``, by name, or None."""
         return next((float(f["value"]) for f in self.bench if f.get("name") == name), None)

@@ -362,7 +362,7 @@ def test_command_exit_codes_and_one_line_reasons(tmp_path, monkeypatch, capsys):
                          (["mytraining:not_a_loader", "--step-ms", "5"], "not a torch.utils.data.DataLoader"),
                          (["nosuchmodule:make", "--step-ms", "5"], "cannot import 'nosuchmodule'"),
                          (["mytraining:missing", "--step-ms", "5"], "no attribute 'missing'"),
-                         (["mytraining:healthy"], "--step-ms --step is required"),
+                         (["mytraining:healthy"], "give the step: --step-ms X"),
                          (["mytraining:healthy", "--step-ms", "-1"], "--step-ms must be"),
                          (["mytraining", "--step-ms", "5"], "MODULE:ATTRIBUTE")):
         assert main(argv) == 2, f"{argv} should exit 2"

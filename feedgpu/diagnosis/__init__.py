@@ -43,6 +43,11 @@ alone (0 workers over items that cost nothing is healthy):
 * ``worker-start-up``: workers started again every epoch, at a large share of it;
 * ``memory-growth``: the workers' USS grows as they read (copy-on-write of Python objects).
 
+**Every diagnosis can be replayed** from its JSON, without the loader:
+:func:`replay` (``feedgpu-diagnose --replay FILE [--step-ms X] [--cores N]``) recomputes
+the verdict, the causes and the predictions, and answers "what if my step, or my
+machine, were this?" (:mod:`.replaying`).
+
 ``feedgpu.diagnose.watch`` is :func:`watch`, set as an attribute of the function.
 """
 
@@ -52,9 +57,10 @@ from .causes import CAUSES, INPUT_BOUND_SHARE
 from .cloning import clone_loader
 from .command import main
 from .procedure import diagnose
+from .replaying import replay
 from .report import Diagnosis
 from .watching import Watch, watch
 
 diagnose.watch = watch  # type: ignore[attr-defined]  # feedgpu.diagnose.watch(loader)
 
-__all__ = ["diagnose", "watch", "Watch", "Diagnosis", "CAUSES", "INPUT_BOUND_SHARE", "clone_loader", "main"]
+__all__ = ["diagnose", "watch", "replay", "Watch", "Diagnosis", "CAUSES", "INPUT_BOUND_SHARE", "clone_loader", "main"]

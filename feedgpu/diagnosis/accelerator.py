@@ -9,6 +9,15 @@
   On a CUDA GPU it also records a pair of CUDA events around every step, from which
   :meth:`TimedStep.gpu_busy_s` sums the device time between them.
 
+The diagnosis never synchronises the user's loop per step (its harness runs with
+``time_loader(..., synchronize=False)``): a step that queues its GPU work asynchronously
+then overlaps it with the loading of the next batches, as in training. Recording an
+event does not wait for the device; the events are read once, after the run
+(:meth:`TimedStep.gpu_busy_s` synchronises then). So for an asynchronous step the wall
+time of the step (``wall_s``, and the harness's step times) is the host's part, launching
+the work, and the device's part is :meth:`TimedStep.gpu_busy_s`; for a step that waits
+for its result (``loss.item()``) the wall time holds both.
+
 (The simulated accelerator belongs with :mod:`feedgpu.simdevice`; it lives here until it
 moves there.)
 
@@ -61,10 +70,17 @@ class SimulatedAccelerator:
 class TimedStep:
     """The user's ``step(batch)``, with its CPU time counted and, on CUDA, its device time.
 
+    With ``cuda_events`` (by default where CUDA is available) a pair of CUDA events is
+    recorded around every call; recording does not wait for the device, and the events are
+    read only after the run (:meth:`gpu_busy_s`, :meth:`gpu_s_per_step`), so the loop is
+    never synchronised per step. ``wall_s`` is then the host's part of an asynchronous step
+    (launching its work); the device's part comes from the events.
+
     Attributes:
         cpu_s: CPU seconds of the calling thread inside the step, all calls.
         wall_s: wall seconds inside the step, all calls.
         calls: how many times it was called.
+        events: ``(start, end)`` CUDA events, one pair per call (empty without them).
     """
 
     def __init__(self, step: Callable[[Any], Any], cuda_events: bool | None = None) -> None:
@@ -103,10 +119,21 @@ class TimedStep:
 
     def gpu_busy_s(self, first: int = 0) -> float | None:
         """Device seconds between the events of steps ``first``, ``first + 1``, ...; None
-        without CUDA events. Waits for the device first."""
+        without CUDA events. Waits for the device first (the one synchronisation, once the
+        run is over: call it after the loop, never inside it)."""
         if not self.cuda_events:
             return None
         import torch
 
         torch.cuda.synchronize()
         return sum(start.elapsed_time(end) for start, end in self.events[first:]) / 1e3
+
+    def gpu_s_per_step(self, first: int = 0) -> float | None:
+        """Mean device seconds per step over steps ``first``, ``first + 1``, ...: the device's
+        part of a step, beside its host part (the step's wall time). None without CUDA
+        events or without such steps. Waits for the device, as :meth:`gpu_busy_s`."""
+        steps = len(self.events[first:])
+        if not self.cuda_events or steps == 0:
+            return None
+        busy = self.gpu_busy_s(first)
+        return None if busy is None else busy / steps

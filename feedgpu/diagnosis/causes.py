@@ -19,27 +19,33 @@ the thresholds are module constants, stated here and in the README:
   ``too-few-workers`` (items that wait, or cores still idle, leave room for more).
 * ``worker-start-up``: without persistent workers, starting them (the first batch's
   time beyond one batch's cost) is at least :data:`START_UP_SHARE` of an epoch.
-* ``memory-growth``: each worker's USS grew at least :data:`GROWTH_MB` over the timed
-  batches, at least :data:`GROWTH_KB_PER_ITEM` per item it read (two 4 KiB pages: every
-  item copies memory; a worker that copies nothing adds ~0.1-0.3 MB in all on the course's
-  machine), and at least twice what the batches a worker holds at once can explain
-  (``prefetch_factor + 1`` batches: a worker of 8 MB batches measured 28 to 40 MB of USS a
-  few hundred milliseconds apart, with nothing copied). So growth is named where items
-  read many Python objects each; a dataset that copies a page or two per item over a
-  sample of a few hundred items shows in ``memory`` (the growth per item and the
-  projection over an epoch) without being named.
+* ``memory-growth``: what an epoch will cost each worker. The growth must first be
+  measurable: each worker's USS grew at least :data:`GROWTH_MB` over the timed batches
+  (a worker that copies nothing adds ~0.1-0.3 MB in all on the course's machine), and at
+  least twice what the batches a worker holds at once can explain (``prefetch_factor +
+  1`` batches: a worker of 8 MB batches measured 28 to 40 MB of USS a few hundred
+  milliseconds apart, with nothing copied). It is then projected over an epoch (the
+  growth per item times the items each worker reads in one: the dataset's length over
+  the workers) and named from :data:`EPOCH_GROWTH_MB` per worker, the figure and its
+  share of the machine's memory in the sentence. (A fixed rate per item missed notebook
+  06's case: 7 KB per item over 1,300 items, but hundreds of thousands of items in an
+  epoch.) A dataset without a length is judged by the rate, :data:`GROWTH_KB_PER_ITEM`
+  per item (two 4 KiB pages). A worker's first allocations (decoders, buffers, lazily
+  opened files) are left out of the growth: the timed batches start after two batches
+  per worker.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from .runs import MemoryGrowth
 
 __all__ = [
     "CAUSES", "INPUT_BOUND_SHARE", "MODERATE_SHARE", "HAND_OVER_SHARE", "COMPUTING_SHARE", "IDLE_SHARE",
-    "OWN_CPU_SHARE", "START_UP_SHARE", "GROWTH_MB", "GROWTH_KB_PER_ITEM", "Evidence", "Finding",
+    "OWN_CPU_SHARE", "START_UP_SHARE", "GROWTH_MB", "GROWTH_KB_PER_ITEM", "EPOCH_GROWTH_MB", "Evidence", "Finding",
     "verdict_of", "find_causes", "ms", "pct",
 ]
 
@@ -62,6 +68,7 @@ OWN_CPU_SHARE = 0.80
 START_UP_SHARE = 0.10
 GROWTH_MB = 2.0
 GROWTH_KB_PER_ITEM = 8.0
+EPOCH_GROWTH_MB = 16.0
 
 
 def ms(seconds: float) -> str:
@@ -95,6 +102,8 @@ class Evidence:
             tensors in shared memory (None: unknown).
         in_flight_mb: MB of the batches one worker can hold at once (``prefetch_factor +
             1`` of them): how much its USS can move without anything being copied.
+        dataset_items: the dataset's length (None: an iterable without one).
+        memory_mb: the machine's memory, MB (None: unknown).
     """
 
     num_workers: int
@@ -114,6 +123,44 @@ class Evidence:
     memory: MemoryGrowth | None = None
     pickled: bool | None = None
     in_flight_mb: float = 0.0
+    dataset_items: int | None = None
+    memory_mb: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as plain values (the diagnosis JSON's ``evidence``), for a replay."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "memory"}
+        m = self.memory
+        out["memory"] = None if m is None else {"per_worker_mb": list(m.per_worker_mb),
+                                                "items_per_worker": m.items_per_worker, "reason": m.reason}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Evidence:
+        """The evidence written by :meth:`to_dict` (None for a figure not measured: NaN)."""
+        names = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in names or key == "memory":
+                continue
+            if value is None and names[key].default is math.nan:
+                value = math.nan
+            values[key] = value
+        m = data.get("memory")
+        if m:
+            values["memory"] = MemoryGrowth(list(m.get("per_worker_mb") or []), m.get("items_per_worker") or 0.0,
+                                            m.get("reason"))
+        for key in ("startup_s", "one_batch_s", "s_per_batch", "wait_s", "step_s", "data_wait_share"):
+            if values.get(key) is None:
+                values[key] = math.nan
+        return cls(**values)
+
+    @property
+    def projected_epoch_mb(self) -> float:
+        """Each worker's USS growth over one epoch at the measured rate, MB (NaN: unknown)."""
+        m = self.memory
+        if m is None or not self.dataset_items or not self.num_workers or not math.isfinite(m.kb_per_item):
+            return math.nan
+        return m.kb_per_item * self.dataset_items / self.num_workers / 1024
 
     @property
     def input_bound(self) -> bool:
@@ -208,13 +255,43 @@ def _wait_cause(ev: Evidence) -> Finding:
                    "Raise num_workers.")
 
 
+def _memory_finding(ev: Evidence) -> Finding | None:
+    """``memory-growth`` where the growth is measurable and an epoch's projection is large
+    (see the module's docstring), else None."""
+    growth = ev.memory
+    if growth is None or not growth.per_worker_mb or growth.mean_mb < max(GROWTH_MB, 2 * ev.in_flight_mb):
+        return None
+    measured = (f"Each worker's private memory (USS) grew {growth.mean_mb:.1f} MB while it read about "
+                f"{growth.items_per_worker:.0f} items ({growth.kb_per_item:.0f} KB per item)")
+    projected = ev.projected_epoch_mb
+    if math.isfinite(projected):
+        if projected < EPOCH_GROWTH_MB:
+            return None
+        total = projected * ev.num_workers
+        share = f", {pct(total / ev.memory_mb)} of this machine's memory" if ev.memory_mb else ""
+        measured += (f"; at that rate one epoch of {ev.dataset_items} items costs each worker about "
+                     f"{_mb(projected)}, {_mb(total)} for the {ev.num_workers} workers{share}")
+    elif growth.kb_per_item < GROWTH_KB_PER_ITEM:
+        return None
+    return Finding(
+        "memory-growth", measured + ": reading Python objects writes their reference counts, so forked workers "
+        "copy the pages they read (copy-on-write).",
+        "Hold the dataset in numpy arrays or one serialised buffer instead of a list of Python objects "
+        "(notebook 06). No loader setting fixes it.")
+
+
+def _mb(mb: float) -> str:
+    return f"{mb / 1024:.1f} GB" if mb >= 1024 else f"{mb:.0f} MB"
+
+
 def find_causes(ev: Evidence) -> list[Finding]:
     """Every cause the evidence shows, in the order of :data:`CAUSES`; empty when healthy."""
     findings: list[Finding] = []
     if ev.input_bound and ev.num_workers == 0:
         findings.append(Finding(
-            "main-process-loading", f"With 0 workers the main process builds every batch ({ms(ev.wait_s)}) and only "
-            f"then steps ({ms(ev.step_s)}): {pct(ev.data_wait_share)} of the loop's time is spent waiting for data.",
+            "main-process-loading", f"With 0 workers the main process builds every batch itself ({ms(ev.wait_s)} "
+            f"inside next(), beside {ms(ev.step_s)} in the step): {pct(ev.data_wait_share)} of the loop's time is "
+            "spent waiting for data, and the step can overlap it only with what it left queued on the accelerator.",
             "Set num_workers: workers build the next batches while the step runs."))
     elif ev.input_bound:
         findings.append(_wait_cause(ev))
@@ -227,14 +304,8 @@ def find_causes(ev: Evidence) -> list[Finding]:
                 f"start of every epoch, {pct(share)} of an epoch of {ev.batches_per_epoch} batches "
                 f"({epoch:.2f} s): without persistent_workers they are started again each time.",
                 "Set persistent_workers=True: the workers are started once and kept for every epoch."))
-    growth = ev.memory
-    if growth is not None and growth.per_worker_mb and growth.mean_mb >= max(GROWTH_MB, 2 * ev.in_flight_mb) and (
-            growth.kb_per_item >= GROWTH_KB_PER_ITEM):
-        findings.append(Finding(
-            "memory-growth", f"Each worker's private memory (USS) grew {growth.mean_mb:.1f} MB while it read about "
-            f"{growth.items_per_worker:.0f} items ({growth.kb_per_item:.0f} KB per item): reading Python objects "
-            "writes their reference counts, so forked workers copy the pages they read (copy-on-write).",
-            "Hold the dataset in numpy arrays or one serialised buffer instead of a list of Python objects "
-            "(notebook 06). No loader setting fixes it."))
+    finding = _memory_finding(ev)
+    if finding is not None:
+        findings.append(finding)
     order = list(CAUSES)
     return sorted(findings, key=lambda f: order.index(f.cause))

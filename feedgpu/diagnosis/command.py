@@ -4,11 +4,16 @@
 
     feedgpu-diagnose mytraining:make_loader --step-ms 30
     feedgpu-diagnose mytraining:make_loader --step mytraining:train_step --max-seconds 120 --json out.json
+    feedgpu-diagnose --replay out.json --step-ms 8 --cores 16      # what if: no loader needed
 
 ``FACTORY()`` returns your DataLoader (the ``module:attribute`` form of uvicorn and
 gunicorn; the current directory is importable). Prints the report and exits 0; exits 2
 with a one-line reason, and no traceback, for a bad argument, or a factory (or step) that
 cannot be imported, raises, or returns no DataLoader.
+
+``--replay FILE`` recomputes a diagnosis from its ``--json`` file
+(:func:`feedgpu.diagnosis.replay`): no factory, no step, nothing measured; ``--step-ms``
+and ``--cores`` then ask what the loop would do with that step, or on that machine.
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ PROG = "feedgpu-diagnose"
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog=PROG, description="Diagnose a DataLoader's feeding of a training step: what the loop "
                      "waits for, why, and the setting to try first (predicted, then measured).")
-    parser.add_argument("factory", metavar="MODULE:FACTORY", help="a function that returns your DataLoader")
-    steps = parser.add_mutually_exclusive_group(required=True)
+    parser.add_argument("factory", metavar="MODULE:FACTORY", nargs="?",
+                        help="a function that returns your DataLoader (not with --replay)")
+    steps = parser.add_mutually_exclusive_group()
     steps.add_argument("--step-ms", type=float, metavar="X", help="a simulated step of X milliseconds")
     steps.add_argument("--step", metavar="MODULE:FUNCTION", help="your training step, a function of a batch")
     parser.add_argument("--max-seconds", type=float, default=60.0, metavar="S", help="the budget (default 60)")
@@ -38,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     parser.add_argument("--plot", metavar="PATH", help="save the plot (PNG, SVG or PDF, by the ending)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--replay", metavar="FILE", help="recompute a diagnosis from its --json file, without a loader")
+    parser.add_argument("--cores", type=float, metavar="N", help="with --replay: what if the machine had N cores")
     return parser
 
 
@@ -81,25 +89,61 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"--step-ms must be a finite number >= 0, got {args.step_ms}")
         if not args.max_seconds > 0 or args.max_seconds == float("inf"):
             raise UsageError(f"--max-seconds must be a finite number > 0, got {args.max_seconds}")
-        loader = _loader(args.factory)
-        step = None
-        if args.step is not None:
-            step = _load(args.step, "--step")
-            if not callable(step):
-                raise UsageError(f"--step {args.step} is not callable: give a function that takes a batch")
-        from .procedure import diagnose
-
-        try:
-            result = diagnose(loader, step, step_s=None if step is not None else args.step_ms / 1e3,
-                              max_seconds=args.max_seconds, try_fix=not args.no_try, progress=not args.quiet)
-        except (TypeError, ValueError) as err:
-            raise UsageError(f"{type(err).__name__}: {err}") from None
+        if args.replay is not None:
+            result = _replay(args)
+        else:
+            result = _diagnose(args)
     except UsageError as err:
         print(f"{PROG}: error: {one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted (every worker was stopped)", file=sys.stderr)
         return 130
+    _write(result, args)
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> Any:
+    """The diagnosis recomputed from ``--replay FILE``, with ``--step-ms`` and ``--cores``."""
+    if args.factory is not None or args.step is not None:
+        raise UsageError("--replay takes no factory and no --step: it recomputes the diagnosis from its file")
+    if args.cores is not None and not (1 <= args.cores < float("inf")):
+        raise UsageError(f"--cores must be a finite number >= 1, got {args.cores}")
+    from .replaying import replay
+
+    try:
+        return replay(args.replay, step_s=None if args.step_ms is None else args.step_ms / 1e3, cores=args.cores)
+    except FileNotFoundError:
+        raise UsageError(f"--replay {args.replay}: no such file") from None
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"--replay {args.replay}: {err}") from None
+
+
+def _diagnose(args: argparse.Namespace) -> Any:
+    """The diagnosis of ``FACTORY()``'s loader with the step asked for."""
+    if args.factory is None:
+        raise UsageError("give MODULE:FACTORY (a function that returns your DataLoader), or --replay FILE")
+    if args.step_ms is None and args.step is None:
+        raise UsageError("give the step: --step-ms X (a simulated step) or --step MODULE:FUNCTION (yours)")
+    if args.cores is not None:
+        raise UsageError("--cores is for --replay: a diagnosis measures the machine it runs on")
+    loader = _loader(args.factory)
+    step = None
+    if args.step is not None:
+        step = _load(args.step, "--step")
+        if not callable(step):
+            raise UsageError(f"--step {args.step} is not callable: give a function that takes a batch")
+    from .procedure import diagnose
+
+    try:
+        return diagnose(loader, step, step_s=None if step is not None else args.step_ms / 1e3,
+                        max_seconds=args.max_seconds, try_fix=not args.no_try, progress=not args.quiet)
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{type(err).__name__}: {err}") from None
+
+
+def _write(result: Any, args: argparse.Namespace) -> None:
+    """Print the report; write its JSON and plot where asked."""
     print(result)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
@@ -115,7 +159,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         axes = plot_diagnosis(result)
         axes[0].figure.savefig(args.plot, bbox_inches="tight")
         plt.close(axes[0].figure)
-    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

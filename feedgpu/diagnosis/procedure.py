@@ -6,7 +6,8 @@ advance (:data:`PHASES`; a phase that ends early leaves its time to the next):
 =============  =====  ==========================================================
 phase          ends   what it measures
 =============  =====  ==========================================================
-items          8%     ``dataset[i]`` and the collate in this process (:mod:`.probes`)
+items          8%     ``dataset[i]`` and the collate in this process, and pinning
+                      a batch warm (:mod:`.probes`), each repeated
 baseline       43%    the loader as it is, with the step: waits, CPU, worker memory
 hand-over      53%    what a batch costs to hand over, for the model (and the fix)
 scaling        83%    ``num_workers`` around the current setting, the model beside
@@ -14,7 +15,11 @@ what-if        100%   the setting to try first, measured the same way
 =============  =====  ==========================================================
 
 Every run reads the same seeded sample of batches, stops at its phase's end, and stops
-its workers before the next starts, also on an error or Ctrl-C.
+its workers before the next starts, also on an error or Ctrl-C. Every run is timed at a
+steady state, as the baseline is: two batches per worker go by untimed (the workers'
+first burst), the baseline's count of batches is timed where the budget allows, the
+start-up is reported apart, and each run's spread (its two halves' difference) is kept.
+No run synchronises the GPU inside its loop (:func:`~feedgpu.diagnosis.runs.measure_run`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,17 +35,17 @@ from typing import Any
 from torch.utils.data import DataLoader, IterableDataset
 
 from ..checks import check_number, check_seconds
-from ..measure.machine import usable_cores
+from ..measure.machine import total_memory_mb, usable_cores
 from ..measure.transfer import payload_bytes
 from .accelerator import SimulatedAccelerator, TimedStep
 from .causes import Evidence, Finding, find_causes, ms, verdict_of
 from .cloning import check_importable, loader_settings, start_method_of
 from .collate import SharedTensorCollate, restore
-from .probes import (HandOverCost, ItemCost, crosses_pickled, in_flight_mb, one_thread, probe_hand_over, probe_items,
-                     probe_pinning)
+from .probes import (HandOverCost, ItemCost, Reading, crosses_pickled, disagreement_note, in_flight_mb, one_thread,
+                     probe_hand_over, probe_items, probe_pinning)
 from .report import Diagnosis
 from .runs import Run, measure_run
-from .whatif import Costs, choose_workers, epoch_speedup, max_workers
+from .whatif import Costs, epoch_speedup, max_workers, predicted_tries
 
 __all__ = ["PHASES", "MAX_TIMED", "diagnose"]
 
@@ -121,6 +127,8 @@ class _Diagnosis:
         self.notes: list[str] = []
         self.runs: list[Run] = []
         self.scaling: dict[int, Run] = {}
+        self.baseline_timed = 0
+        self.sharing_source = "assumed"
         # a first guess of a worker's start-up (a spawned one imports torch afresh), until one is measured
         self.start_s_per_worker = 0.15 if start_method_of(loader) == "fork" else 1.5
 
@@ -133,7 +141,7 @@ class _Diagnosis:
     def run(self, label: str, estimate_s: float, soft_deadline: float, *, memory: bool = False, repeats: int = 1,
             restore: Callable[[Any], Any] | None = None, cuda: bool = False, **changes: Any) -> Run:
         workers = changes.get("num_workers", self.workers)
-        warmup = max(2, workers)
+        warmup = max(2, 2 * workers)  # every worker has delivered its first burst: the timed batches are steady
         needed = self.start_s_per_worker * workers + (warmup + 4) * estimate_s * repeats
         room = soft_deadline - time.perf_counter()
         if label != "baseline" and needed > room:  # it could not time a batch before its deadline
@@ -145,6 +153,8 @@ class _Diagnosis:
         step = self.new_step(cuda)
         gpu = step.gpu_busy_s if isinstance(step, TimedStep) and step.cuda_events else None
         batches = _plan(estimate_s * repeats, soft_deadline, warmup)
+        if label != "baseline" and self.baseline_timed:  # the same count as the baseline, where time allows
+            batches = min(batches, 1 + warmup + self.baseline_timed)
         run = measure_run(self.loader, step, label=label, batches=batches, warmup=warmup,
                           soft_deadline=soft_deadline, hard_deadline=self.budget.end, cores=self.cores,
                           repeats=repeats, memory=memory, restore=restore, gpu_busy=gpu, **changes)
@@ -164,17 +174,40 @@ class _Diagnosis:
     def probe(self) -> None:
         self.budget.begin("items")
         self.items: ItemCost = probe_items(self.loader, self.budget.deadline("items"))
-        self.pin_s = probe_pinning(self.items.batch) if self.loader.pin_memory else None
-        if self.loader.pin_memory and self.pin_s is None:
-            self.notes.append("pin_memory=True does nothing here: there is no accelerator")
+        # pinning as the loop pays it, warm: the pin thread's one thread with workers, torch's threads without
+        self.pinning: dict[str, Reading | None] = {"one_thread": None, "main_thread": None}
+        if self.loader.pin_memory:
+            deadline = max(self.budget.deadline("items"), time.perf_counter() + 1.0)
+            self.pinning = {"one_thread": probe_pinning(self.items.batch, threads=1, deadline=deadline),
+                            "main_thread": probe_pinning(self.items.batch, deadline=deadline)}
+            if self.pinning["one_thread"] is None:
+                self.notes.append("pin_memory=True does nothing here: there is no accelerator")
+        pin = self.pinning["one_thread" if self.workers else "main_thread"]
+        self.pin_s = pin.median_s if pin is not None else None
+        self.step_alone: Reading | None = None
         if self.step is not None:  # one call, to plan the runs (and to warm the step up)
             once = TimedStep(self.step, cuda_events=False)
             once(self.items.batch)
             self.step_guess, self.step_cpu = once.wall_s, once.cpu_share
+            self.time_step_alone()
         else:
             self.step_guess, self.step_cpu = self.step_s, 0.0
         self.pickled = crosses_pickled(self.items.batch)
         self.budget.done()
+
+    def time_step_alone(self) -> None:
+        """Up to three more calls of the step with no worker running, where the budget has room:
+        the step alone, against which the baseline's shows what sharing the cores costs it."""
+        timed = TimedStep(self.step, cuda_events=False)
+        walls = []
+        room = self.budget.deadline("items") + 0.05 * self.budget.max_seconds
+        while len(walls) < 3 and time.perf_counter() + self.step_guess < room:
+            before = timed.wall_s
+            timed(self.items.batch)
+            walls.append(timed.wall_s - before)
+        if len(walls) >= 2:
+            self.step_alone = Reading(walls, threads=torch_threads_now())
+            self.step_guess, self.step_cpu = self.step_alone.median_s, timed.cpu_share
 
     def measure_baseline(self) -> None:
         self.budget.begin("baseline")
@@ -183,6 +216,8 @@ class _Diagnosis:
         self.baseline = self.run("baseline", guess, self.budget.deadline("baseline"), memory=self.workers > 0,
                                  cuda=True)
         self.scaling[self.workers] = self.baseline
+        if self.baseline.measured:
+            self.baseline_timed = self.baseline.timing.n_batches[0]
         self.budget.done()
 
     def evidence(self) -> Evidence:
@@ -198,7 +233,8 @@ class _Diagnosis:
                 main_cpu_per_s=b.cpu.get("main_per_s", math.nan),
                 workers_cpu_per_s=b.cpu.get("workers_per_s", math.nan),
                 idle_share=b.cpu.get("idle_share", math.nan), memory=b.memory, pickled=self.pickled,
-                in_flight_mb=in_flight_mb(self.loader, self.items.batch))
+                in_flight_mb=in_flight_mb(self.loader, self.items.batch), dataset_items=_length(self.loader.dataset),
+                memory_mb=total_memory_mb())
         # no batch could be timed within the budget: judge from the item probe and the model
         self.notes.append("the baseline could not be timed within the budget: its figures are the model's "
                           "estimate from the item probe (raise max_seconds for a measurement)")
@@ -206,7 +242,8 @@ class _Diagnosis:
                       self.step_cpu).s_per_batch(self.workers)
         wait = max(guess - self.step_guess, 0.0)
         return Evidence(self.workers, self.loader.persistent_workers, self.cores, wait / guess if guess else 0.0,
-                        guess, wait, self.step_guess, math.nan, self.items.load_s, None, pickled=self.pickled)
+                        guess, wait, self.step_guess, math.nan, self.items.load_s, None, pickled=self.pickled,
+                        dataset_items=_length(self.loader.dataset), memory_mb=total_memory_mb())
 
     def hand_over(self, ev: Evidence, findings: list[Finding]) -> None:
         """The hand-over costs of the current batches (and of the fix, if it is tried)."""
@@ -228,8 +265,12 @@ class _Diagnosis:
         else:
             self.handover = HandOverCost(0.0, 0.0, self.pickled, payload_bytes(batch))
             self.notes.append("the hand-over was not measured (the dataset cannot reach a spawned worker)")
-        self.costs = Costs(self.items.load_s, ev.step_s, self.handover.send_s, self.handover.receive_s,
-                           self.items.cpu_share, ev.available_cores, self.step_cpu)
+        step_s, step_cpu, sharing = self.model_step(ev)
+        one, main = self.pinning["one_thread"], self.pinning["main_thread"]
+        self.costs = Costs(self.items.load_s, step_s, self.handover.send_s, self.handover.receive_s,
+                           self.items.cpu_share, ev.available_cores, step_cpu,
+                           pin_s=one.median_s if one is not None else 0.0,
+                           pin_main_s=main.median_s if main is not None else None, sharing=sharing)
         self.fixed_costs: Costs | None = None
         if "hand-over" in causes and self.pickled and payload_bytes(batch) > 0:
             self.collate = SharedTensorCollate(self.loader.collate_fn)
@@ -244,36 +285,59 @@ class _Diagnosis:
                                                          fixed.receive_s + restore_s)
         self.budget.done()
 
+    def model_step(self, ev: Evidence) -> tuple[float, float, float]:
+        """The step as the model takes it (alone), the share of it that is the host's CPU, and
+        how much a busy core slows that CPU work (the model's ``sharing``).
+
+        The loop is timed without a synchronisation per step, so with an asynchronous step
+        on a GPU the host's time in the step is its launching; the device's time per step
+        (CUDA events) is then the step's time, when longer. Where the baseline ran busy
+        workers and the step was also timed alone, the difference is what sharing the cores
+        cost it: ``sharing`` is measured (at most 1), and the step the model takes is the
+        baseline's without it. Otherwise ``sharing`` is 1 (:mod:`.whatif`).
+        """
+        b = self.baseline
+        step_s = ev.step_s
+        gpu = b.gpu_busy_s / b.timing.n_batches[0] if b.measured and b.gpu_busy_s else None
+        if gpu is not None and math.isfinite(gpu) and gpu > step_s:
+            self.sharing_source = "assumed: the device's time sets the step"
+            return gpu, min(self.step_cpu * step_s / gpu, 1.0), 1.0
+        busy = b.cpu.get("workers_per_s", math.nan) if b.measured else math.nan
+        alone = self.step_alone.median_s if self.step_alone is not None else math.nan
+        per_busy = alone * self.step_cpu * busy / max(self.cores, 1)  # the slowdown at sharing 1
+        if math.isfinite(per_busy) and busy >= 0.5 and per_busy > 0 and math.isfinite(step_s):
+            sharing = min(max((step_s - alone) / per_busy, 0.0), 1.0)
+            self.sharing_source = (f"measured: the step took {ms(alone)} alone and {ms(step_s)} beside workers "
+                                   f"keeping {busy:.2g} cores busy")
+            return step_s - sharing * per_busy, self.step_cpu, sharing
+        self.sharing_source = "assumed: the baseline had no busy workers to measure it beside"
+        return step_s, self.step_cpu, 1.0
+
     def choose_tries(self, ev: Evidence, findings: list[Finding]) -> list[dict[str, Any]]:
         causes = {f.cause for f in findings}
-        now = self.costs.s_per_batch(self.workers)
-        tries: list[dict[str, Any]] = []
-        if causes & {"main-process-loading", "too-few-workers"}:
-            chosen, why = choose_workers(self.costs, self.workers, max_workers(self.cores))
-            problem = None if chosen is None else check_importable(self.loader, chosen)
-            if problem:
-                self.notes.append(f"num_workers={chosen} not tried: {problem}")
-            elif chosen is not None and now / self.costs.s_per_batch(chosen) >= 1.05:
-                tries.append({"setting": "num_workers", "value": chosen, "why": why,
-                              "predicted_speedup": now / self.costs.s_per_batch(chosen),
-                              "changes": {"num_workers": chosen}})
+        tries = predicted_tries(self.costs, self.workers, self.cores, causes, fixed_costs=self.fixed_costs,
+                                startup_s=ev.startup_s, one_batch_s=ev.one_batch_s,
+                                batches_per_epoch=ev.batches_per_epoch, s_per_batch=ev.s_per_batch)
+        kept = []
+        for t in tries:
+            if t["setting"] == "num_workers":
+                problem = check_importable(self.loader, t["value"])
+                if problem:
+                    self.notes.append(f"num_workers={t['value']} not tried: {problem}")
+                    continue
+                t["changes"] = {"num_workers": t["value"]}
                 if isinstance(self.loader.dataset, IterableDataset):
                     self.notes.append("an IterableDataset must split its stream between workers itself "
                                       "(torch.utils.data.get_worker_info()), or each worker yields all of it")
-            else:
-                self.notes.append("the model predicts no gain from more workers on these costs")
-        if self.fixed_costs is not None:
-            tries.append({"setting": "collate_fn", "value": repr(self.collate),
-                          "why": "the same collate, its numpy arrays carried as tensors in shared memory",
-                          "predicted_speedup": now / self.fixed_costs.s_per_batch(self.workers),
-                          "changes": {"collate_fn": self.collate}, "restore": restore})
-        if "worker-start-up" in causes and ev.batches_per_epoch:
-            tries.append({"setting": "persistent_workers", "value": True,
-                          "why": "the workers started once, an epoch then starts with one batch's load",
-                          "predicted_speedup": epoch_speedup(ev.startup_s, ev.one_batch_s, ev.batches_per_epoch,
-                                                             ev.s_per_batch),
-                          "changes": {"persistent_workers": True}, "repeats": 2})
-        return sorted(tries, key=lambda t: -t["predicted_speedup"])
+            elif t["setting"] == "collate_fn":
+                t.update(value=repr(self.collate), changes={"collate_fn": self.collate}, restore=restore)
+            elif t["setting"] == "persistent_workers":
+                t.update(changes={"persistent_workers": True}, repeats=2)
+            kept.append(t)
+        if causes & {"main-process-loading", "too-few-workers"} and not any(
+                t["setting"] == "num_workers" for t in tries):
+            self.notes.append("the model predicts no gain from more workers on these costs")
+        return kept
 
     def scale(self, chosen: dict[str, Any] | None) -> None:
         self.budget.begin("scaling")
@@ -303,10 +367,13 @@ class _Diagnosis:
         run = self.run(label, estimate, self.budget.end, repeats=repeats, restore=chosen.get("restore"), **changes)
         measured = None
         if run.measured and chosen["setting"] == "persistent_workers":
+            # epochs compared as the cause weighs them: the start-up measured again, the pace the
+            # baseline's (the same workers keep the same pace; a difference between two short runs
+            # is noise, which put a 1.17x prediction at 0.84x on an H200)
             later = run.timing.later_startup_s
-            if math.isfinite(later):
+            if math.isfinite(later) and self.baseline.measured:
                 measured = epoch_speedup(self.baseline.timing.first_startup_s, later, _length(self.loader),
-                                         self.baseline.s_per_batch, run.s_per_batch)
+                                         self.baseline.s_per_batch)
         elif run.measured and self.baseline.measured:
             measured = self.baseline.s_per_batch / run.s_per_batch
         if chosen["setting"] == "num_workers":
@@ -326,6 +393,7 @@ class _Diagnosis:
                      "pin_s": self.pin_s, "step_s": ev.step_s, "s_per_batch": ev.s_per_batch, "wait_s": ev.wait_s,
                      "item_cpu_share": self.items.cpu_share}
         scaling = [{"num_workers": k, "label": run.label, "s_per_batch": run.s_per_batch if run.measured else None,
+                    "spread": _halves_spread(run), "timed_batches": run.timing.n_batches[0] if run.measured else 0,
                     "predicted_s_per_batch": self.costs.s_per_batch(k)} for k, run in sorted(self.scaling.items())]
         memory = self.memory_figures(b, named="memory-growth" in {f.cause for f in findings})
         try_first = None
@@ -341,17 +409,38 @@ class _Diagnosis:
                               "timings are noisier than on a quiet machine")
         step = (f"a simulated accelerator, {ms(self.step_s)} a step" if self.step is None
                 else f"your step ({ms(ev.step_s)} measured)")
+        probes = self.probe_readings()
+        for name, reading in probes.items():
+            note = disagreement_note(name, reading, ev.s_per_batch) if reading is not None else None
+            if note:
+                self.notes.append(note)
+        top = max_workers(self.cores)
+        model = {"costs": self.costs.to_dict(), "fixed_costs": self.fixed_costs.to_dict() if self.fixed_costs else None,
+                 "probes": {k: (r.to_dict() if r is not None else None) for k, r in probes.items()},
+                 "usable_cores": self.cores, "max_workers": top, "sharing": self.sharing_source}
         return Diagnosis(
             verdict=verdict_of(ev.data_wait_share), causes=[f.cause for f in findings],
             data_wait_share=ev.data_wait_share, busy_share=b.busy_share if b.measured else 1 - ev.data_wait_share,
             try_first=try_first, findings=findings, explanation=explanation, breakdown=breakdown,
             scaling=scaling, memory=memory, settings=loader_settings(self.loader), step=step,
             runs=[_run_row(r) for r in self.runs], notes=self.notes, gpu_busy_share=gpu,
-            elapsed_s=self.budget.elapsed_s, max_seconds=self.budget.max_seconds)
+            elapsed_s=self.budget.elapsed_s, max_seconds=self.budget.max_seconds, model=model,
+            evidence=ev.to_dict(), model_s_per_batch=self.costs.by_workers(top))
+
+    def probe_readings(self) -> dict[str, Reading | None]:
+        """Every repeated probe's readings: the load of a batch, pinning, and the step in the baseline."""
+        b = self.baseline
+        step = None
+        if b.measured and len(b.timing.steps_s[0]) >= 4:
+            step = Reading(_chunk_means(b.timing.steps_s[0], 4), threads=torch_threads_now())
+        return {"load": self.items.load_reading, "pinning, one thread": self.pinning["one_thread"],
+                "pinning, main thread": self.pinning["main_thread"], "step alone": self.step_alone,
+                "step": step}
 
     def memory_figures(self, b: Run, named: bool) -> dict[str, Any]:
-        """Each worker's USS growth; projected over an epoch only where it was named a cause
-        (growth that is not steady, such as a worker's first allocations, does not go on)."""
+        """Each worker's USS growth and its projection over an epoch (the report says the
+        projection in words only where ``memory-growth`` was named: growth that is not
+        steady, such as a worker's first allocations, does not go on)."""
         if self.workers == 0:
             return {"per_worker_mb": [], "reason": "0 workers: no worker to measure"}
         growth = b.memory
@@ -361,9 +450,9 @@ class _Diagnosis:
             return {"per_worker_mb": [], "reason": growth.reason}
         n = _length(self.loader.dataset)
         projected = (growth.kb_per_item * n / self.workers / 1024
-                     if named and n and math.isfinite(growth.kb_per_item) else None)
+                     if n and math.isfinite(growth.kb_per_item) else None)
         return {"per_worker_mb": growth.per_worker_mb, "items_per_worker": growth.items_per_worker,
-                "kb_per_item": growth.kb_per_item, "projected_epoch_mb": projected, "reason": None}
+                "kb_per_item": growth.kb_per_item, "projected_epoch_mb": projected, "named": named, "reason": None}
 
 
 def _timed(call: Callable[[], Any]) -> tuple[Any, float, float]:
@@ -373,11 +462,37 @@ def _timed(call: Callable[[], Any]) -> tuple[Any, float, float]:
     return out, time.perf_counter() - start, time.thread_time() - cpu
 
 
+def torch_threads_now() -> int:
+    """The torch threads of this process (what the main process's own work runs on)."""
+    import torch
+
+    return torch.get_num_threads()
+
+
+def _chunk_means(values: list[float], chunks: int) -> list[float]:
+    """The means of ``values`` cut into ``chunks`` consecutive runs of (about) equal length."""
+    size = len(values) / chunks
+    return [statistics.fmean(values[round(k * size):round((k + 1) * size)]) for k in range(chunks)]
+
+
+def _halves_spread(run: Run) -> float | None:
+    """How far the two halves of a run's timed batches differ in time per batch, over their
+    mean: near 0 at a steady state, large where start-up or noise entered (None: too few)."""
+    if not run.measured or run.timing.n_batches[0] < 4:
+        return None
+    per_batch = [w + s for w, s in zip(run.timing.waits_s[0], run.timing.steps_s[0])]
+    first, second = _chunk_means(per_batch, 2)
+    mean = (first + second) / 2
+    return abs(first - second) / mean if mean > 0 else None
+
+
 def _run_row(run: Run) -> dict[str, Any]:
     t = run.timing
     return {"label": run.label, "num_workers": run.num_workers, "s_per_batch": run.s_per_batch if t else None,
             "wait_share": run.wait_share if t else None, "startup_s": t.first_startup_s if t else None,
-            "timed_batches": t.n_batches[0] if t else 0, "cpu": run.cpu, "reason": run.reason}
+            "step_s": run.step_s if t else None, "warmup": t.warmup if t else None,
+            "timed_batches": t.n_batches[0] if t else 0, "spread": _halves_spread(run), "cpu": run.cpu,
+            "gpu_busy_s": run.gpu_busy_s, "reason": run.reason}
 
 
 def diagnose(loader: DataLoader, step: Callable[[Any], Any] | None = None, *, step_s: float | None = None,

@@ -13,8 +13,20 @@ not change:
 and the figures: ``"breakdown"`` (where a batch's time goes, seconds), ``"scaling"`` (the
 measured points with the model beside them), ``"memory"`` (each worker's USS growth),
 ``"findings"``, ``"settings"``, ``"runs"``, ``"thresholds"``, ``"notes"``,
-``"gpu_busy_share"``, ``"elapsed_s"``, ``"max_seconds"``. Numbers that were not measured
-are None.
+``"gpu_busy_share"``, ``"elapsed_s"``, ``"max_seconds"``, ``"source"`` (``"diagnose"``,
+``"watch"`` or ``"replay"``). Numbers that were not measured are None.
+
+Every input of the model, so that a diagnosis can be replayed without its loader
+(:func:`feedgpu.diagnosis.replay`):
+
+* ``"model"``: ``{"costs", "fixed_costs", "probes", "usable_cores", "max_workers"}``: the
+  costs the model was fed (:class:`~feedgpu.diagnosis.whatif.Costs`), those of the collate
+  fix where one was probed, and every repeated probe's readings with their spread and
+  the torch threads they ran with;
+* ``"evidence"``: what the causes were named from
+  (:class:`~feedgpu.diagnosis.causes.Evidence`);
+* ``"model_s_per_batch"``: the model's seconds per batch for every worker count from 0 to
+  the largest it considers, keyed by the count as a string.
 """
 
 from __future__ import annotations
@@ -67,10 +79,15 @@ class Diagnosis:
         scaling: ``{"num_workers", "s_per_batch", "predicted_s_per_batch", "label"}`` per
             setting run (``s_per_batch`` None where the budget ran out first).
         memory: ``{"per_worker_mb", "items_per_worker", "kb_per_item",
-            "projected_epoch_mb", "reason"}`` (``reason`` says why not measured).
+            "projected_epoch_mb", "named", "reason"}`` (``reason`` says why not measured; the
+            projection is said in words only where ``memory-growth`` was named: a worker's
+            first allocations do not go on).
         settings: the loader's settings; ``step``: what the step was.
         notes: anything the reader should know (a run cut by the budget, ...).
         gpu_busy_share: the CUDA device's busy share from events (CUDA and a step only).
+        model, evidence, model_s_per_batch: every input of the model, what the causes were
+            named from, and the model's seconds per batch by worker count (for a replay).
+        modelled: the loop's figures are the model's, not measured (a replay's what-if).
     """
 
     verdict: str
@@ -91,6 +108,10 @@ class Diagnosis:
     elapsed_s: float = math.nan
     max_seconds: float | None = None
     source: str = "diagnose"
+    model: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    model_s_per_batch: dict[str, float] = field(default_factory=dict)
+    modelled: bool = False
 
     # ------------------------------------------------------------------ figures
     def to_dict(self) -> dict[str, Any]:
@@ -117,6 +138,10 @@ class Diagnosis:
             "elapsed_s": self.elapsed_s,
             "max_seconds": self.max_seconds,
             "source": self.source,
+            "model": self.model,
+            "evidence": self.evidence,
+            "model_s_per_batch": self.model_s_per_batch,
+            "modelled": self.modelled,
         })
 
     # ------------------------------------------------------------------ words
@@ -164,7 +189,7 @@ class Diagnosis:
             return f"not measured ({m.get('reason', 'no workers') if m else 'no workers'})"
         growth = ", ".join(f"{g:+.1f}" for g in m["per_worker_mb"])
         line = f"USS growth per worker {growth} MB over ~{m['items_per_worker']:.0f} items each"
-        if m.get("projected_epoch_mb") is not None:
+        if m.get("projected_epoch_mb") is not None and m.get("named", True):
             line += f" (~{m['projected_epoch_mb']:.0f} MB per worker over an epoch at this rate)"
         return line
 
@@ -185,7 +210,8 @@ class Diagnosis:
             lines.append(sentence)
         if self.breakdown:
             lines.append(f"where a batch's time goes: {self._breakdown_line()}")
-            lines.append(f"measured per batch: {ms(self.breakdown.get('s_per_batch'))} "
+            said = "modelled" if self.modelled else "measured"
+            lines.append(f"{said} per batch: {ms(self.breakdown.get('s_per_batch'))} "
                          f"(waiting {ms(self.breakdown.get('wait_s'))})")
         if self.scaling:
             lines.append(f"batches/s by num_workers: {self._scaling_line()}")

@@ -85,7 +85,8 @@ class MemoryGrowth:
     """What each worker's USS did between two samples of a run.
 
     Attributes:
-        per_worker_mb: USS growth of each worker, MB (2**20 bytes), in pid order.
+        per_worker_mb: USS growth of each worker, MB (2**20 bytes), in pid order; never
+            below zero (a worker whose USS fell added nothing).
         items_per_worker: items each worker read between the samples (about: the batches
             returned, times the batch size, shared between the workers).
         reason: why nothing was measured (then ``per_worker_mb`` is empty), or None.
@@ -291,7 +292,9 @@ def _memory(run: _Pass, batch_size: int, num_workers: int) -> MemoryGrowth | Non
     workers = summary[(summary["role"] == "worker") & (summary["samples"] >= 2)]
     if workers.empty:
         return MemoryGrowth([], 0.0, "the workers ended before their memory could be read")
-    growth = [float(g) for g in workers["growth_mb"]]  # they add up to worker_growth_mb(table)
+    # a worker's USS can fall (it freed what it had allocated before the first sample): growth is
+    # what it added, never below zero, as the bench counts a worker's own pages
+    growth = [max(float(g), 0.0) for g in workers["growth_mb"]]
     logger.debug("workers' USS growth %.2f MB in all", worker_growth_mb(table))
     items = (run.count - run.bounded.warmup - 1) * batch_size / max(num_workers, 1)
     return MemoryGrowth(growth, items)
@@ -302,6 +305,12 @@ def measure_run(loader: DataLoader, step: Callable[[Any], Any], *, label: str, b
                 restore: Callable[[Any], Any] | None = None,
                 gpu_busy: Callable[[int], float | None] | None = None, **changes: Any) -> Run:
     """Time ``batches`` batches of the sample (``1 + warmup`` of them untimed) with ``step``.
+
+    The loop runs as the user's would: the harness's clock is plain ``time.perf_counter``
+    (``time_loader(..., synchronize=False)``), never ``torch.cuda.synchronize()`` per step,
+    so a step that queues its GPU work asynchronously overlaps it with the loading, as in
+    training. Its step time is then the host's part (launching); the device's part is
+    ``gpu_busy``, read from CUDA events once the run is over.
 
     Args:
         loader: the user's loader; the run reads a sampled clone of it with ``changes``.
@@ -314,7 +323,8 @@ def measure_run(loader: DataLoader, step: Callable[[Any], Any], *, label: str, b
         repeats: passes (``time_loader``'s repeats); readings come from the first.
         memory: read the workers' USS at the start and the end of the timed batches.
         restore: applied to every batch before the step (see :mod:`~feedgpu.diagnosis.collate`).
-        gpu_busy: returns the device seconds of the steps from a given call on.
+        gpu_busy: returns the device seconds of the steps from a given call on; called once,
+            after the timed loop (it may synchronise the device then).
         **changes: the settings changed from the user's loader.
 
     Returns:
@@ -325,7 +335,8 @@ def measure_run(loader: DataLoader, step: Callable[[Any], Any], *, label: str, b
     with quiet_loader_warnings():  # the constructor warns of more workers than it suggests
         sample, available = sampled_loader(loader, batches, **changes)
     total = batches if available is None else min(batches, available)
-    warmup = max(0, min(warmup, total - 2))
+    # a small sample keeps 3 batches timed (the fewest the harness reports on) before it warms up every worker
+    warmup = max(0, min(warmup, total - 1 - min(3, max(total - 2, 1))))
     bounded = Bounded(sample, total, warmup=warmup, soft_deadline=soft_deadline, hard_deadline=hard_deadline,
                       min_batches=warmup + 3, memory=memory, restore=restore)
     num_workers = sample.num_workers
@@ -333,7 +344,9 @@ def measure_run(loader: DataLoader, step: Callable[[Any], Any], *, label: str, b
         with quiet_loader_warnings():
             if total < 2:
                 return Run(label, num_workers, None, f"the sample holds {total} batch(es); 2 are needed")
-            timing = time_loader(bounded, batches=None, warmup=warmup, repeats=repeats, step=step)
+            # no synchronisation in the loop: the user's asynchronous GPU work must overlap the loading
+            timing = time_loader(bounded, batches=None, warmup=warmup, repeats=repeats, step=step,
+                                 synchronize=False)
     except ValueError as err:
         first = bounded.passes[0] if bounded.passes else None
         if first is not None and (first.stopped_early or first.ran_out):
@@ -344,10 +357,11 @@ def measure_run(loader: DataLoader, step: Callable[[Any], Any], *, label: str, b
         shutdown_workers(sample)  # persistent workers, if the sample kept any
     first = bounded.passes[0]
     cpu = _cpu_rates(first.start, first.end, first.next_cpu_s[warmup + 1:], cores) if first.end else {}
-    # the step holds the host while the (simulated or real) accelerator works: its time is busy time
+    # the step's time is busy time when it holds the host while the accelerator works (the simulated one,
+    # a step that reads its result); for an asynchronous GPU step it is the launching: see gpu_busy_s
     run = Run(label, num_workers, timing, cpu=cpu, memory=_memory(first, sample.batch_size or 1, num_workers),
               busy_s=sum(timing.steps_s[0]), stopped_early=first.stopped_early)
-    if gpu_busy is not None:
+    if gpu_busy is not None:  # after the loop: reading the events synchronises once, outside the timing
         run.gpu_busy_s = gpu_busy(1 + warmup)
     logger.debug("%s: %.4f s/batch over %d batches, wait share %.2f", label, run.s_per_batch,
                  timing.n_batches[0], run.wait_share)

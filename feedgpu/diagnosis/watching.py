@@ -35,7 +35,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from ..checks import check_int
-from ..measure.machine import usable_cores
+from ..measure.machine import total_memory_mb, usable_cores
 from ..measure.memory import MemoryProbe, available_kinds, process_roles, summarize
 from ..measure.timing import shutdown_workers
 from .causes import Evidence, find_causes, ms, verdict_of
@@ -192,7 +192,8 @@ class Watch:
                       main_cpu_per_s=cpu.get("main_per_s", math.nan),
                       workers_cpu_per_s=cpu.get("workers_per_s", math.nan),
                       idle_share=cpu.get("idle_share", math.nan), memory=self._memory(), pickled=self.pickled,
-                      in_flight_mb=self.in_flight_mb)
+                      in_flight_mb=self.in_flight_mb, dataset_items=_length(self.loader.dataset),
+                      memory_mb=total_memory_mb())
         findings = find_causes(ev)
         memory: dict[str, Any]
         if self.loader.num_workers == 0:
@@ -200,8 +201,11 @@ class Watch:
         elif ev.memory is None or not ev.memory.per_worker_mb:
             memory = {"per_worker_mb": [], "reason": ev.memory.reason if ev.memory else "not measured"}
         else:
+            projected = ev.projected_epoch_mb
             memory = {"per_worker_mb": ev.memory.per_worker_mb, "items_per_worker": ev.memory.items_per_worker,
-                      "kb_per_item": ev.memory.kb_per_item, "projected_epoch_mb": None, "reason": None}
+                      "kb_per_item": ev.memory.kb_per_item,
+                      "projected_epoch_mb": projected if math.isfinite(projected) else None,
+                      "named": "memory-growth" in {f.cause for f in findings}, "reason": None}
         notes = ["watched from inside the loop: no item probe, no scaling runs and no what-if "
                  "(feedgpu.diagnose measures those)"]
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -214,7 +218,7 @@ class Watch:
             memory=memory, settings=loader_settings(self.loader), step=f"your loop ({ms(ev.step_s)} a step measured)",
             runs=[{"label": "watched", "num_workers": self.loader.num_workers, "s_per_batch": s_per_batch,
                    "wait_share": ev.data_wait_share, "startup_s": self.startup_s, "timed_batches": n, "cpu": cpu}],
-            notes=notes, source="watch")
+            notes=notes, source="watch", evidence=ev.to_dict())
 
 
 def _length(loader: DataLoader) -> int | None:

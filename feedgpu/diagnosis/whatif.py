@@ -2,13 +2,30 @@
 
 The model is :func:`feedgpu.model.steady_state_time_per_batch`, fed with what the
 diagnosis measured (:class:`Costs`): a batch's load time in one process, the step, both
-sides of the hand-over, and the cores. Loading and handing over need a core only for the
-CPU part of their time: waiting items (a disk, a network, a sleep) leave room for more
-workers than cores, computing ones do not. The model's ``cores`` floor charges the whole
-of ``load_s + send_s + receive_s`` to the cores, so it is given the cores scaled by the
-share of that time that is CPU (:meth:`Costs.model_cores`): the floor then equals the
-CPU work per batch over the free cores. A step that itself computes (a user's step on
-this CPU) keeps that share of a core.
+sides of the hand-over, pinning, and the cores. Two things are added to the course's
+formula, both measured on real machines where it fell short:
+
+* **The main process's own work.** Besides the step it receives each batch and, with
+  ``pin_memory=True``, pins it (its pin thread, one torch thread; with 0 workers the main
+  thread itself, on torch's threads). Those are its time per batch, not a loading stage:
+  the main process's stage is ``step + receive + pin``.
+* **The cores it shares.** The main process's CPU work per batch (the step's host part,
+  ``step_s * step_cpu_share``, receiving and pinning: :meth:`Costs.shared_cpu_s`) can run slower while the
+  workers keep other cores busy: a core's other hardware thread, its caches, the memory
+  bus and the clock (a CPU runs all its cores slower than one) are shared. The model
+  charges that work ``sharing * busy / cores`` more, where ``busy`` is the cores the
+  workers keep busy at the main process's pace (their CPU per batch over its seconds per
+  batch, at most one per worker) and ``sharing`` how much a busy core slows it (1: as
+  much as its share of the cores; 0: not at all). The diagnosis measures ``sharing``
+  where its baseline ran workers (the step timed alone, then beside them); on an H200
+  with 16 cores, where the loop stopped at about 10 ms a batch at 12 and 15 workers while
+  the formula without this term said 8.1, ``sharing = 1`` brings the model within 5%.
+
+Loading and handing over need a core only for the CPU part of their time: waiting items
+(a disk, a network, a sleep) leave room for more workers than cores, computing ones do
+not. The cores deliver at most one batch every ``CPU per batch / cores`` seconds, where
+the CPU per batch is the workers' (``load_s * cpu_share + send_s``) and the main
+process's (:meth:`Costs.floor_s`).
 
 One setting per cause that a loader setting fixes:
 
@@ -29,11 +46,12 @@ outside the loader's settings: the diagnosis says what to change, and tries noth
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 from ..model import BALANCE_TOLERANCE, explain_bottleneck, steady_state_time_per_batch
 
-__all__ = ["Costs", "MAX_WORKERS", "HEADROOM", "choose_workers", "epoch_speedup"]
+__all__ = ["Costs", "MAX_WORKERS", "HEADROOM", "choose_workers", "epoch_speedup", "max_workers"]
 
 #: The most workers the diagnosis considers (more than cores help only items that wait).
 MAX_WORKERS = 16
@@ -53,7 +71,14 @@ class Costs:
         cpu_share: the CPU share of ``load_s`` (1 computes, 0 waits).
         cores: the cores the loop can have: the usable ones, or fewer where other programs
             kept some busy while the baseline ran (see :meth:`Evidence.available_cores`).
-        step_cpu_share: the share of one core the step keeps busy while it runs.
+        step_cpu_share: the share of one core the step keeps busy while it runs (its
+            host part: launching kernels, or all of it for a step on this CPU).
+        pin_s: pinning one batch on one thread (the loader's pin thread, with workers);
+            0 without an accelerator or ``pin_memory``.
+        pin_main_s: pinning one batch on torch's threads (the main thread, with 0
+            workers); None: the same as ``pin_s``.
+        sharing: how much the main process's CPU work slows per busy core, as a share of
+            the cores (0 to 1; see the module's docstring).
     """
 
     load_s: float
@@ -63,40 +88,105 @@ class Costs:
     cpu_share: float
     cores: float
     step_cpu_share: float = 0.0
+    pin_s: float = 0.0
+    pin_main_s: float | None = None
+    sharing: float = 1.0
 
-    def model_cores(self) -> float | None:
-        """Cores for the model's floor, scaled so it charges only CPU time; None: no floor."""
-        cpu = self.load_s * self.cpu_share + self.send_s + self.receive_s
-        if cpu <= 0:
-            return None
-        free = max(self.cores - self.step_cpu_share, 0.5)
-        return free * (self.load_s + self.send_s + self.receive_s) / cpu
+    # ------------------------------------------------------------------ the stages
+    def worker_cpu_s(self) -> float:
+        """CPU seconds the workers spend per batch: the CPU part of loading, and sending."""
+        return self.load_s * self.cpu_share + self.send_s
+
+    def main_cpu_s(self) -> float:
+        """CPU seconds the main process spends per batch beside the workers: the step's
+        host part, receiving and pinning."""
+        return self.step_s * self.step_cpu_share + self.receive_s + self.pin_s
+
+    def shared_cpu_s(self) -> float:
+        """The main process's CPU per batch that busy cores slow: the step's host part,
+        receiving and pinning (:meth:`main_cpu_s`). The step and pinning are timed with no
+        worker running; receiving is probed alone too where it matters (a pickled
+        hand-over), and is small where it is read inside the loop."""
+        return self.main_cpu_s()
+
+    def floor_s(self) -> float | None:
+        """The cores' pace: all the CPU a batch needs over the cores; None when it needs none."""
+        cpu = self.worker_cpu_s() + self.main_cpu_s()
+        return cpu / max(self.cores, 0.5) if cpu > 0 else None
+
+    def main_s(self, num_workers: int) -> float:
+        """The main process's seconds per batch with ``num_workers`` workers (> 0): its step,
+        receiving and pinning, its CPU part slowed by the cores the workers keep busy.
+
+        The busy cores depend on the pace, and the pace on the main process: with ``a`` the
+        main process's time alone, ``m`` its shared CPU times ``sharing``, ``c`` the cores and ``L``
+        the workers' CPU per batch, it solves ``p = a + m/c * min(K, L/p)`` (``K``: the
+        workers, at most the cores), whose root is the lesser of ``a + m*K/c`` and
+        ``(a + sqrt(a^2 + 4mL/c)) / 2``.
+        """
+        alone = self.step_s + self.receive_s + self.pin_s
+        m, cores = self.sharing * self.shared_cpu_s(), max(self.cores, 0.5)
+        if m <= 0 or num_workers <= 0:
+            return alone
+        all_busy = alone + m * min(num_workers, cores) / cores
+        paced = (alone + math.sqrt(alone ** 2 + 4 * m * self.worker_cpu_s() / cores)) / 2
+        return min(all_busy, paced)
 
     def s_per_batch(self, num_workers: int) -> float:
         """The model's seconds per batch with ``num_workers`` workers."""
         if num_workers == 0:
-            return steady_state_time_per_batch(0, self.load_s, self.step_s)
-        return steady_state_time_per_batch(num_workers, self.load_s, self.step_s, self.send_s,
-                                           cores=self.model_cores(), receive_s=self.receive_s)
+            pin = self.pin_s if self.pin_main_s is None else self.pin_main_s
+            return steady_state_time_per_batch(0, self.load_s, self.step_s + pin)
+        main = self.main_s(num_workers)
+        pace = steady_state_time_per_batch(num_workers, self.load_s, main - self.receive_s, self.send_s,
+                                           receive_s=self.receive_s)
+        floor = self.floor_s()
+        return pace if floor is None else max(pace, floor)
+
+    def by_workers(self, top: int) -> dict[str, float]:
+        """The model's seconds per batch for 0 to ``top`` workers, keyed by the count as a string."""
+        return {str(w): self.s_per_batch(w) for w in range(top + 1)}
 
     def explain(self, num_workers: int) -> str:
         """The model in words: :func:`feedgpu.model.explain_bottleneck`, or, where the cores
         set the pace (which that function leaves out), a sentence saying so."""
         pace = self.s_per_batch(num_workers)
-        cores = self.model_cores()
-        if num_workers and cores is not None:
-            floor = (self.load_s + self.send_s + self.receive_s) / cores
-            if floor >= pace * (1 - BALANCE_TOLERANCE):
-                cpu = self.load_s * self.cpu_share + self.send_s + self.receive_s
-                return (f"The cores set the pace: a batch needs {cpu * 1e3:.3g} ms of CPU to load and hand over, "
-                        f"and this loop could have {self.cores:.2g} of the cores, so the model's best is one batch "
-                        f"every {pace * 1e3:.3g} ms whatever the number of workers.")
-        return explain_bottleneck(num_workers, self.load_s, self.step_s, self.receive_s if num_workers else 0.0)
+        floor = self.floor_s()
+        if num_workers and floor is not None and floor >= pace * (1 - BALANCE_TOLERANCE):
+            cpu = self.worker_cpu_s() + self.main_cpu_s()
+            return (f"The cores set the pace: a batch needs {cpu * 1e3:.3g} ms of CPU to load, hand over and step, "
+                    f"and this loop could have {self.cores:.2g} of the cores, so the model's best is one batch "
+                    f"every {pace * 1e3:.3g} ms whatever the number of workers.")
+        if num_workers == 0:
+            pin = self.pin_s if self.pin_main_s is None else self.pin_main_s
+            text = explain_bottleneck(0, self.load_s, self.step_s)
+            return text + (f" Pinning each batch adds {pin * 1e3:.3g} ms in the main thread." if pin > 0 else "")
+        main = self.main_s(num_workers)
+        text = explain_bottleneck(num_workers, self.load_s, main - self.receive_s, self.receive_s)
+        shared = main - self.step_s - self.receive_s - self.pin_s
+        extra = [f"pinning {self.pin_s * 1e3:.3g} ms" if self.pin_s > 0 else "",
+                 f"{shared * 1e3:.3g} ms for sharing the cores with busy workers" if shared > 1e-5 else ""]
+        extra = [e for e in extra if e]
+        if extra:
+            text += (f" (The main process's {(main - self.receive_s) * 1e3:.3g} ms besides receiving are its step, "
+                     f"{self.step_s * 1e3:.3g} ms, {' and '.join(extra)}.)")
+        return text
 
     def with_hand_over(self, load_s: float, load_cpu_s: float, send_s: float, receive_s: float) -> Costs:
         """The same costs with another collate's load (``load_cpu_s`` of it CPU) and hand-over."""
         share = min(load_cpu_s / load_s, 1.0) if load_s > 0 else 0.0
         return replace(self, load_s=load_s, cpu_share=share, send_s=send_s, receive_s=receive_s)
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        """Every input as a plain dict (the diagnosis JSON's ``model.costs``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Costs:
+        """The costs written by :meth:`to_dict` (unknown keys ignored, missing optional ones defaulted)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names and v is not None})
 
 
 def max_workers(cores: float) -> int:
@@ -109,10 +199,9 @@ def choose_workers(costs: Costs, current: int, top: int) -> tuple[int | None, st
     when none beats ``current``."""
     times = {w: costs.s_per_batch(w) for w in range(1, top + 1)}
     best = min(times.values())
-    main = costs.step_s + costs.receive_s
     candidates = [w for w in range(current + 1, top + 1)]
     for w in candidates:
-        if times[w] <= best * 1.02 and (costs.load_s + costs.send_s) / w <= HEADROOM * main:
+        if times[w] <= best * 1.02 and (costs.load_s + costs.send_s) / w <= HEADROOM * costs.main_s(w):
             return w, (f"the fewest workers that, by the model, deliver a batch in at most {HEADROOM:.0%} of the "
                        "main process's time per batch")
     for w in candidates:
@@ -128,3 +217,37 @@ def epoch_speedup(startup_s: float, new_startup_s: float, batches: int, s_per_ba
     now = startup_s + (batches - 1) * s_per_batch
     new = new_startup_s + (batches - 1) * new_pace
     return now / new if new > 0 else math.nan
+
+
+def predicted_tries(costs: Costs, num_workers: int, cores: float, causes: set[str], *,
+                    fixed_costs: Costs | None = None, startup_s: float = math.nan, one_batch_s: float = math.nan,
+                    batches_per_epoch: int | None = None, s_per_batch: float = math.nan) -> list[dict[str, Any]]:
+    """The settings worth trying for ``causes``, each with the model's predicted speed-up, best first.
+
+    One dict per setting: ``{"setting", "value", "why", "predicted_speedup"}`` (the
+    collate's ``value`` is None: the caller names the collate it built). A ``num_workers``
+    predicted under 1.05x is left out. Shared by the diagnosis and its replay.
+
+    Args:
+        costs: the loop's costs; ``num_workers``: its setting; ``cores``: the usable cores.
+        causes: the ids found.
+        fixed_costs: the costs with the shared-tensor collate, where it was probed.
+        startup_s, one_batch_s, batches_per_epoch, s_per_batch: the epoch's figures, for
+            ``persistent_workers``.
+    """
+    now = costs.s_per_batch(num_workers)
+    tries: list[dict[str, Any]] = []
+    if causes & {"main-process-loading", "too-few-workers"}:
+        chosen, why = choose_workers(costs, num_workers, max_workers(cores))
+        if chosen is not None and now / costs.s_per_batch(chosen) >= 1.05:
+            tries.append({"setting": "num_workers", "value": chosen, "why": why,
+                          "predicted_speedup": now / costs.s_per_batch(chosen)})
+    if fixed_costs is not None:
+        tries.append({"setting": "collate_fn", "value": None,
+                      "why": "the same collate, its numpy arrays carried as tensors in shared memory",
+                      "predicted_speedup": now / fixed_costs.s_per_batch(num_workers)})
+    if "worker-start-up" in causes and batches_per_epoch:
+        tries.append({"setting": "persistent_workers", "value": True,
+                      "why": "the workers started once, an epoch then starts with one batch's load",
+                      "predicted_speedup": epoch_speedup(startup_s, one_batch_s, batches_per_epoch, s_per_batch)})
+    return sorted(tries, key=lambda t: -t["predicted_speedup"])

@@ -30,7 +30,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["describe_machine", "print_machine", "machine_notes", "usable_cores", "start_method"]
+__all__ = ["describe_machine", "print_machine", "machine_notes", "usable_cores", "start_method", "total_memory_mb"]
 
 
 def usable_cores() -> int:
@@ -78,6 +78,12 @@ def _total_memory_bytes() -> int | None:
         logger.debug("psutil is not installed: memory unknown")
         return None
     return int(psutil.virtual_memory().total)
+
+
+def total_memory_mb() -> float | None:
+    """The machine's memory in MB (2**20 bytes), or None where psutil cannot tell."""
+    total = _total_memory_bytes()
+    return None if total is None else total / 2**20
 
 
 def _accelerators() -> dict[str, Any]:

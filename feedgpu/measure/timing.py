@@ -9,7 +9,9 @@ What it does for every repeat::
                                      time of the (simulated) training step
 
 Clocks are read with :func:`time.perf_counter`, after ``torch.cuda.synchronize()`` when a
-GPU is present (otherwise queued GPU work would be charged to the wrong phase). Unless the
+GPU is present (otherwise queued GPU work would be charged to the wrong phase), unless
+``synchronize=False``: then the loop runs as it would in training, its asynchronous GPU
+work overlapping the loading (what :func:`feedgpu.diagnose` measures). Unless the
 loader has ``persistent_workers=True``, the workers of each repeat are shut down before the
 next repeat starts, so every repeat pays the same start-up and no worker outlives the call.
 
@@ -172,9 +174,10 @@ class LoaderTiming:
         return out
 
 
-def _make_clock() -> Callable[[], float]:
-    """A clock that first waits for queued GPU work, when there is a GPU."""
-    if torch.cuda.is_available():
+def _make_clock(synchronize: bool = True) -> Callable[[], float]:
+    """The harness's clock: ``time.perf_counter``, after waiting for queued GPU work when
+    ``synchronize`` is true and there is a GPU (plain ``time.perf_counter`` otherwise)."""
+    if synchronize and torch.cuda.is_available():
 
         def clock() -> float:
             torch.cuda.synchronize()
@@ -341,6 +344,7 @@ def time_loader(
     warmup: int = 2,
     repeats: int = 3,
     step: Step = None,
+    synchronize: bool = True,
 ) -> LoaderTiming:
     """Measure a DataLoader: start-up, steady-state time per batch, and waits.
 
@@ -366,6 +370,16 @@ def time_loader(
         repeats: how many times to start a fresh iteration and measure.
         step: the simulated training step run on every batch: None (no step), a number
             of seconds to sleep, or a callable taking the batch.
+        synchronize: on a CUDA GPU, wait for the queued GPU work (``torch.cuda.synchronize()``)
+            before every clock reading, so each phase is charged its own GPU work (what the
+            notebooks and the bench compare). With False the clock is plain
+            ``time.perf_counter`` and nothing in a repeat synchronises, start-up and warm-up
+            included: the loop runs as the user's does, and a step that queues its GPU work
+            asynchronously overlaps it with the loading of the next batches. That is what
+            :func:`feedgpu.diagnose` measures; each step's time is then the host's part (the
+            launching, plus any wait the step itself asks for), and the device's time has to
+            come from CUDA events read after the run (``TimedStep.gpu_busy_s``). Without a
+            GPU both give the same clock.
 
     Returns:
         A :class:`LoaderTiming` with one entry per repeat.
@@ -379,7 +393,7 @@ def time_loader(
     warmup = check_int("warmup", warmup)
     repeats = check_int("repeats", repeats, minimum=1)
     step_fn = _make_step(step)
-    clock = _make_clock()
+    clock = _make_clock(bool(synchronize))
     persistent = bool(getattr(loader, "persistent_workers", False))
     timing = LoaderTiming(
         startup_s=[],
