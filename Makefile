@@ -13,6 +13,7 @@ SUBMISSIONS ?= submitted
 JOBS        ?= 1
 SCHEDULER   ?=
 NB          ?=
+WORK        ?= work
 PYTEST_ARGS ?=
 LAB_ARGS    ?=
 STORE_ARGS  ?=
@@ -29,16 +30,23 @@ help:
 
 # JupyterLab serves any user, root included (containers, WSL, cloud machines), on localhost
 # with a token; more options go in LAB_ARGS, e.g. make lab LAB_ARGS="--port=8899".
-# Open the course in JupyterLab (makes the environment and the data first if missing).
+# Your working copy is work/ (ignored by git): made from the release on first use, never
+# overwritten; a notebook the course changed since comes beside yours as NAME.updated.ipynb.
+# Open the course in JupyterLab on your working copy work/ (makes the environment, the data and work/ first if missing).
 lab: $(STAMP) $(if $(filter real,$(LFW)),$(REAL),$(SYNTHETIC))
-	@echo "Opening JupyterLab on notebooks/ - open the URL printed below (Ctrl-C twice to stop)."
-	@echo "Course map: README.md. After the course, point .venv/bin/feedgpu-diagnose at your own loader (README: Diagnose your own training loop)."
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --ServerApp.open_browser=False --ServerApp.allow_root=True $(LAB_ARGS)
+	@$(PY) -m feedgpu.workflows.workcopy --work $(WORK)
+	@echo "Opening JupyterLab on $(WORK)/ - open the URL printed below (Ctrl-C twice to stop)."
+	@echo "Check a notebook with: make check NB=03. Course map: README.md. After the course: .venv/bin/feedgpu-diagnose (README)."
+	$(VENV)/bin/jupyter lab --notebook-dir=$(WORK) --ServerApp.open_browser=False --ServerApp.allow_root=True $(LAB_ARGS)
 
 # Create the virtual environment in .venv with the pinned packages and the course code (editable).
 venv: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
+	@# the Python first, in one line: the pinned PyTorch wheels are for 3.11
+	@test -x $(PY) || $(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || { \
+	  found=$$($(PYTHON) -c 'import platform; print("Python", platform.python_version())' 2>/dev/null || echo "not found"); \
+	  echo "make: the course needs Python 3.11 and '$(PYTHON)' is $$found: install 3.11 and name it, e.g. make lab PYTHON=python3.11"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --no-compile -r requirements.txt
@@ -77,9 +85,10 @@ release: $(STAMP)
 grade: $(STAMP) $(SYNTHETIC)
 	$(VENV)/bin/feedgpu-grade $(SUBMISSIONS) --jobs $(JOBS) $(if $(SCHEDULER),--scheduler $(SCHEDULER))
 
-# Check your own notebook with the instructor's tests, hidden ones too: make check NB=03 (all when NB is empty).
+# Check your own notebook in work/ with the instructor's tests, hidden ones too: make check NB=03 (all when NB is empty).
 check: $(STAMP) $(SYNTHETIC)
-	$(VENV)/bin/feedgpu-check $(NB)
+	@$(PY) -m feedgpu.workflows.workcopy --work $(WORK) > /dev/null
+	$(VENV)/bin/feedgpu-check --notebooks $(WORK) $(NB)
 
 # Run the whole test suite (modules, notebooks, nbgrader pipeline).
 test: $(STAMP) $(SYNTHETIC)

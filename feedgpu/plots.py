@@ -33,6 +33,7 @@ from .copies import STRATEGIES, CopyCosts, CostFit, pin_then_copy_limit, pin_the
 from .measure.stages import STAGES
 from .measure.timing import LoaderTiming
 from .model import simulate, steady_state_time_per_batch
+from .palette import BLUE, GREY, LIGHT, ORANGE, PURPLE, SERIES, SKY, VERMILLION, YELLOW, use_palette
 from .simdevice import ENGINES, Span
 
 __all__ = [
@@ -55,11 +56,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+use_palette()  # the course's figures, those that name no colour too, take the palette's colours
 
-LOAD_COLOR = "tab:orange"
+LOAD_COLOR = ORANGE
 
 
-STEP_COLOR = "tab:blue"
+STEP_COLOR = BLUE
 
 
 def _to_float_image(image: Any):
@@ -265,7 +267,7 @@ def plot_overlap_timeline(load_s: float, step_s: float, n_steps: int, ax: Any = 
     for name, result, y, va in (("serial", serial, 3.45, "bottom"),
                                 ("overlapped", overlap, -0.45, "top")):
         total = result["total"]
-        ax.axvline(total, color="grey", linestyle="--", linewidth=1)
+        ax.axvline(total, color=GREY, linestyle="--", linewidth=1)
         ax.text(total, y, f" {name} ends: {total:.3g} s", va=va, ha="left", fontsize=8)
     ax.set_xlim(0, serial["total"] * 1.2 or 1.0)
     ax.set_ylim(-0.95, len(lanes) - 0.05)
@@ -320,14 +322,14 @@ def bar_with_error(
         longest = max(len(str(label)) for label in labels)
         _, ax = plt.subplots(figsize=(max(4.0, len(labels) * max(1.3, 0.085 * longest) + 1.5), 3.5))
     xs = list(range(len(labels)))
-    ax.bar(xs, means, yerr=stds, capsize=6, color="tab:blue", alpha=0.6,
+    ax.bar(xs, means, yerr=stds, capsize=6, color=BLUE, alpha=0.6,
            label="mean ± std")
     for x, group in zip(xs, values):
         offsets = [(i - (len(group) - 1) / 2) * 0.06 for i in range(len(group))]
         ax.scatter([x + o for o in offsets], group, color="black", s=10, zorder=3)
     if predicted is not None:
         for x, p in zip(xs, predicted):
-            ax.hlines(p, x - 0.4, x + 0.4, colors="tab:red", linewidth=2,
+            ax.hlines(p, x - 0.4, x + 0.4, colors=VERMILLION, linewidth=2,
                       label="model" if x == 0 else None)
     ax.set_xticks(xs)
     ax.set_xticklabels([str(label) for label in labels])
@@ -427,7 +429,7 @@ def plot_waits(timing: LoaderTiming, ax: Any = None, *, title: str | None = None
         ax.plot(xs, [w * 1e3 for w in waits], marker=".", label=f"repeat {r + 1}")
     all_steps = [s for steps in timing.steps_s for s in steps]
     if all_steps and statistics.fmean(all_steps) > 0:
-        ax.axhline(statistics.fmean(all_steps) * 1e3, color="grey", linestyle="--", label="mean step")
+        ax.axhline(statistics.fmean(all_steps) * 1e3, color=GREY, linestyle="--", label="mean step")
     ax.set_xlabel("batch (0 = the start-up batch)")
     ax.set_ylabel("wait in next() (ms)")
     ax.set_ylim(bottom=0)
@@ -526,11 +528,11 @@ def plot_sweep(
 
 #: Colours of the stages in :func:`plot_stages`.
 STAGE_COLORS = {
-    "read": "tab:gray",
-    "decode": "tab:blue",
-    "augment": "tab:orange",
-    "to_tensor": "tab:green",
-    "collate": "tab:purple",
+    "read": GREY,
+    "decode": BLUE,
+    "augment": ORANGE,
+    "to_tensor": SKY,
+    "collate": PURPLE,
 }
 
 
@@ -623,14 +625,14 @@ def plot_model_vs_measured(
         _, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
     grid = list(range(0, max(workers) + 1))
     model = [steady_state_time_per_batch(w, load_s, step_s, transfer_s) for w in grid]
-    ax.plot(grid, [m * 1e3 for m in model], ".-", color="C0", label="model")
+    ax.plot(grid, [m * 1e3 for m in model], ".-", color=BLUE, label="model")
     err = None if measured_std is None else [float(s) * 1e3 for s in measured_std]
     ax.errorbar(
         workers,
         [m * 1e3 for m in measured],
         yerr=err,
         fmt="o",
-        color="C1",
+        color=ORANGE,
         capsize=4,
         label="measured",
     )
@@ -651,11 +653,11 @@ def plot_model_vs_measured(
             grid,
             [s * 1e3 for s in sims],
             "x",
-            color="C2",
+            color=SKY,
             label=f"simulated (jitter {simulate_jitter:g})",
         )
     floor = (step_s + transfer_s) * 1e3
-    ax.axhline(floor, color="grey", linestyle=":", label="step + transfer (floor with workers)")
+    ax.axhline(floor, color=GREY, linestyle=":", label="step + transfer (floor with workers)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("num_workers")
     ax.set_ylabel("time per batch (ms)")
@@ -762,8 +764,8 @@ __all__.append("plot_memory_grid")
 
 
 #: Colours of the simulated device's spans: host work, host waits, copies, kernels.
-ENGINE_COLORS = {"pin": "tab:orange", "host": "tab:orange", "wait": "lightgrey",
-                 "copy": "tab:purple", "compute": "tab:green"}
+ENGINE_COLORS = {"pin": ORANGE, "host": ORANGE, "wait": LIGHT,
+                 "copy": PURPLE, "compute": SKY}
 
 
 def _span_color(span: Span) -> str:
@@ -814,7 +816,7 @@ def plot_device_timeline(timeline: Sequence[Span], ax: Any = None, *, total_s: f
             ax.text(span.start_s * scale + width / 2, y, span.op.split()[-1].strip("()"),
                     ha="center", va="center", fontsize=7)
     if total_s is not None:
-        ax.axvline(total_s * scale, color="grey", linestyle="--", linewidth=1)
+        ax.axvline(total_s * scale, color=GREY, linestyle="--", linewidth=1)
         ax.text(total_s * scale, len(lanes) - 0.5, f" total {total_s * scale:.3g} {unit}",
                 va="bottom", ha="right", fontsize=8)
     ax.set_yticks(range(len(lanes)))
@@ -865,8 +867,8 @@ def plot_copy_strategies(predicted: Mapping[str, float], measured: Mapping[str, 
     ys = list(range(len(names)))[::-1]
     plain = predicted["pageable"]
     values = [predicted[n] * 1e3 for n in names]
-    colors = ["tab:orange" if n.startswith("pin_then") else "tab:blue" if n.startswith("pageable")
-              else "tab:green" for n in names]
+    colors = [ORANGE if n.startswith("pin_then") else BLUE if n.startswith("pageable")
+              else SKY for n in names]
     ax.barh(ys, values, color=colors, alpha=0.7, label="model")
     for y, name, value in zip(ys, names, values):
         right = max(value, (measured or {}).get(name, 0.0) * 1e3)
@@ -935,8 +937,8 @@ def plot_pin_slowdown(costs: CopyCosts | None = None, sizes_bytes: Sequence[floa
         _, ax = plt.subplots(figsize=(6, 4))
     for n in n_tensors:
         ax.plot(sizes, [pin_then_copy_slowdown(b, costs, n) for b in sizes], label=f"{n} tensor(s)")
-    ax.axhline(1.0, color="grey", linewidth=1)
-    ax.axhline(2.0, color="tab:red", linestyle="--", linewidth=1, label='the tutorial: "up to twice as slow"')
+    ax.axhline(1.0, color=GREY, linewidth=1)
+    ax.axhline(2.0, color=VERMILLION, linestyle="--", linewidth=1, label='the tutorial: "up to twice as slow"')
     limit = pin_then_copy_limit(costs)
     ax.axhline(limit, color="black", linestyle=":", linewidth=1,
                label="the model, one large tensor: (p + c_pinned) / c_pageable")
@@ -953,7 +955,7 @@ def plot_pin_slowdown(costs: CopyCosts | None = None, sizes_bytes: Sequence[floa
 
 
 #: Colours of the ranks in the pictures of what each rank loaded (rank modulo their number).
-RANK_COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:purple"]
+RANK_COLORS = [BLUE, ORANGE, SKY, PURPLE]
 
 
 def plot_seen(seen: Any, ax: Any = None, *, title: str | None = None) -> Any:
@@ -984,7 +986,7 @@ def plot_seen(seen: Any, ax: Any = None, *, title: str | None = None) -> Any:
         for pos, sample_id in zip(part["position"], part["sample_id"]):
             ax.add_patch(plt.Rectangle((pos + 0.05, y + 0.1), 0.9, 0.8,
                                        facecolor=RANK_COLORS[rank % len(RANK_COLORS)], alpha=0.35,
-                                       edgecolor="red" if counts[sample_id] > 1 else "none", linewidth=2))
+                                       edgecolor=VERMILLION if counts[sample_id] > 1 else "none", linewidth=2))
             ax.text(pos + 0.5, y + 0.5, str(sample_id), ha="center", va="center", fontsize=8)
     ax.set_xlim(0, int(seen["position"].max()) + 1 if len(seen) else 1)
     ax.set_ylim(len(rows), 0)
@@ -1083,9 +1085,9 @@ def plot_littles_law(results: Mapping[str, Mapping[str, float]], request_s: floa
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4), layout="constrained")
     in_flight = [1, 2, 4, 8, 16, 32]
-    ax.plot(in_flight, [n / request_s for n in in_flight], "-", color="grey",
+    ax.plot(in_flight, [n / request_s for n in in_flight], "-", color=GREY,
             label=f"Little's law: in flight / {request_s * 1e3:.0f} ms")
-    ax.axhline(1 / store_cpu_s, color="grey", linestyle=":",
+    ax.axhline(1 / store_cpu_s, color=GREY, linestyle=":",
                label=f"the store's CPU: 1 / {store_cpu_s * 1e3:.1f} ms (one process)")
     ax.axhline(cores / cpu_s, color="black", linestyle="-.",
                label=f"the machine's CPU: {cores} cores / {cpu_s * 1e3:.1f} ms (client and store)")
@@ -1150,18 +1152,18 @@ def plot_slowest_request(request_s: Sequence[float], batches_s: Mapping[str, Seq
     times = [t * 1e3 for t in request_s]
     low, high = max(min(times), 1.0), max(times)
     bins = [low * (high / low) ** (i / 30) for i in range(31)]
-    left.hist(times, bins=bins, color="lightgrey", edgecolor="grey")
+    left.hist(times, bins=bins, color=LIGHT, edgecolor=GREY)
     left.axvline(latency_s * 1e3, color="black", linestyle=":", label=f"store's median {latency_s * 1e3:.0f} ms")
     for i, (name, batches) in enumerate(batches_s.items()):
-        left.axvline(statistics.fmean(batches) * 1e3, color=f"C{i}", label=f"mean batch, {name}")
+        left.axvline(statistics.fmean(batches) * 1e3, color=SERIES[i % len(SERIES)], label=f"mean batch, {name}")
     left.set(xscale="log", xlabel="ms (log scale)", ylabel="requests", title="one request, and whole batches")
     left.legend(fontsize="small")
     names = list(dict.fromkeys([*batches_s, *model_s]))
     x = range(len(names))
     measured = [statistics.fmean(batches_s[n]) * 1e3 if n in batches_s else float("nan") for n in names]
-    right.bar([i - 0.2 for i in x], measured, width=0.4, color="tab:blue", label="measured")
+    right.bar([i - 0.2 for i in x], measured, width=0.4, color=BLUE, label="measured")
     right.bar([i + 0.2 for i in x], [model_s.get(n, float("nan")) * 1e3 for n in names], width=0.4,
-              color="lightgrey", edgecolor="grey", label="model (no CPU)")
+              color=LIGHT, edgecolor=GREY, label="model (no CPU)")
     right.set_xticks(list(x), names)
     right.set(ylabel="ms per batch", title="a batch waits for its slowest request")
     right.legend(fontsize="small")
@@ -1186,10 +1188,10 @@ def plot_retry_outcomes(table: Any, limit_per_s: float | None = None, axes: Any 
         _, axes = plt.subplots(1, 2, figsize=(11, 3.6), layout="constrained", sharey=True)
     left, right = axes
     names = list(table.index)[::-1]
-    left.barh(names, table.loc[names, "requests per delivered"], color="tab:red")
+    left.barh(names, table.loc[names, "requests per delivered"], color=VERMILLION)
     left.axvline(1, color="black", linestyle=":", linewidth=1)
     left.set(xlabel="requests per object delivered (1 is ideal)", title="what the store was asked")
-    bars = right.barh(names, table.loc[names, "goodput (images/s)"], color="tab:green")
+    bars = right.barh(names, table.loc[names, "goodput (images/s)"], color=SKY)
     right.bar_label(bars, labels=[f"{int(lost)} lost" for lost in table.loc[names, "lost"]], padding=3,
                     fontsize="small")
     if limit_per_s is not None:
@@ -1205,9 +1207,9 @@ __all__ += ["plot_store_simulation", "plot_littles_law", "plot_first_batch_and_r
 
 
 # The stages of a diagnosis's breakdown, in order, with their labels and colours.
-_DIAGNOSIS_STAGES = (("fetch_s", "fetch items", LOAD_COLOR), ("collate_s", "collate", "tab:brown"),
-                     ("send_s", "hand-over, worker", "tab:purple"), ("receive_s", "hand-over, main", "tab:red"),
-                     ("pin_s", "pinning", "tab:olive"), ("step_s", "step", STEP_COLOR))
+_DIAGNOSIS_STAGES = (("fetch_s", "fetch items", LOAD_COLOR), ("collate_s", "collate", YELLOW),
+                     ("send_s", "hand-over, worker", PURPLE), ("receive_s", "hand-over, main", VERMILLION),
+                     ("pin_s", "pinning", SKY), ("step_s", "step", STEP_COLOR))
 
 
 def plot_diagnosis(diagnosis: Any, axes: Any = None) -> Any:
@@ -1243,7 +1245,7 @@ def plot_diagnosis(diagnosis: Any, axes: Any = None) -> Any:
             start += value * 1e3
     wait, step = breakdown.get("wait_s"), breakdown.get("step_s")
     if wait is not None and step is not None:
-        left.barh(0, wait * 1e3, color="lightgrey", edgecolor="grey", hatch="//", label="waiting for data")
+        left.barh(0, wait * 1e3, color=LIGHT, edgecolor=GREY, hatch="//", label="waiting for data")
         left.barh(0, step * 1e3, left=wait * 1e3, color=STEP_COLOR)
     left.set_yticks([0, 1], ["measured\nper batch", "work of\none batch"])
     left.set_xlabel("ms")
@@ -1257,15 +1259,15 @@ def plot_diagnosis(diagnosis: Any, axes: Any = None) -> Any:
     if points:
         workers = [p["num_workers"] for p in points]
         model = [1 / p["predicted_s_per_batch"] if p.get("predicted_s_per_batch") else math.nan for p in points]
-        middle.plot(workers, model, "-", color="grey", label="model")
+        middle.plot(workers, model, "-", color=GREY, label="model")
         measured = [(p["num_workers"], 1 / p["s_per_batch"]) for p in points if p.get("s_per_batch")]
         if measured:
-            middle.plot(*zip(*measured), "o", color="C1", label="measured")
+            middle.plot(*zip(*measured), "o", color=ORANGE, label="measured")
         for w, rate in measured:
             if w == current:
                 middle.plot(w, rate, "o", markersize=14, markerfacecolor="none", color="black", label="current")
             if w == tried_workers:
-                middle.plot(w, rate, "*", markersize=14, color="C2", label="tried")
+                middle.plot(w, rate, "*", markersize=14, color=SKY, label="tried")
         middle.set_xticks(sorted(set(workers)))
         middle.legend(fontsize="x-small")
     else:
@@ -1277,11 +1279,11 @@ def plot_diagnosis(diagnosis: Any, axes: Any = None) -> Any:
     memory = data.get("memory") or {}
     growth = memory.get("per_worker_mb") or []
     if growth:
-        right.bar([f"worker {i}" for i in range(len(growth))], growth, color="tab:gray")
+        right.bar([f"worker {i}" for i in range(len(growth))], growth, color=GREY)
         right.axhline(0, color="black", linewidth=0.8)
         named = (data.get("thresholds") or {}).get("growth_mb")
         if named:  # the least growth the diagnosis names a cause (more where batches are large)
-            right.axhline(named, color="tab:red", linestyle=":", label=f"named from {named:g} MB")
+            right.axhline(named, color=VERMILLION, linestyle=":", label=f"named from {named:g} MB")
             right.set_ylim(top=max(1.2 * named, 1.1 * max(growth)))
             right.legend(fontsize="x-small")
         right.set_ylabel("USS growth (MB)")
@@ -1298,7 +1300,7 @@ __all__ += ["plot_diagnosis"]
 
 
 _SHARE_COLORS = (("busy_share", "busy", STEP_COLOR), ("waiting_share", "waiting for data", LOAD_COLOR),
-                 ("other_share", "other", "lightgrey"))
+                 ("other_share", "other", LIGHT))
 
 
 def plot_busy_shares(rows: Mapping[str, Mapping[str, float]], ax: Any = None, *, target: float | None = None,
@@ -1352,8 +1354,8 @@ def plot_fix_progress(labels: Sequence[str], measured: Sequence[float], predicte
         _, ax = plt.subplots(figsize=(8, 3.2), layout="constrained")
     x = range(len(labels))
     if predicted is not None:
-        ax.plot(x, predicted, "-", color="grey", marker=".", label="predicted")
-    ax.plot(x, measured, "o", color="C1", label="measured")
+        ax.plot(x, predicted, "-", color=GREY, marker=".", label="predicted")
+    ax.plot(x, measured, "o", color=ORANGE, label="measured")
     if target is not None:
         ax.axhline(target, color="black", linestyle=":", label=f"target {target:g}")
     ax.set_xticks(list(x), labels, rotation=25, ha="right", fontsize="small")

@@ -1,4 +1,4 @@
-"""`make lab`, the README's first command: it serves the course for any user, root included.
+"""`make lab`, the README's first command: it serves the working copy for any user, root included.
 
 The test starts the same command a student types, ``make lab``, with a free port and a
 known token in ``LAB_ARGS``, in its own process group. It asks the server's contents API
@@ -81,14 +81,14 @@ def _tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:] if log.exists() else "(no output)"
 
 
-def test_make_lab_serves_the_notebooks_to_any_user(tmp_path):
+def test_make_lab_serves_the_working_copy_to_any_user(tmp_path):
     port, token = _free_port(), secrets.token_hex(16)
     lab_args = (f"--ServerApp.ip=127.0.0.1 --ServerApp.port={port} --ServerApp.port_retries=0 "
                 f"--IdentityProvider.token={token}")
     # The test runs inside the environment with the data made, so tell make not to remake
     # them (a test must never reinstall packages); the recipe itself is the README's.
     command = ["make", "--no-print-directory", "-o", ".venv/.installed",
-               "-o", "data/lfw-synthetic/.complete", "lab", f"LAB_ARGS={lab_args}"]
+               "-o", "data/lfw-synthetic/.complete", "lab", f"LAB_ARGS={lab_args}", f"WORK={tmp_path / 'work'}"]
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "LFW": "synthetic"}
     log = tmp_path / "lab.log"
     base = f"http://127.0.0.1:{port}"
@@ -111,10 +111,13 @@ def test_make_lab_serves_the_notebooks_to_any_user(tmp_path):
         on_disk = sorted(p.name for p in (ROOT / "notebooks").iterdir()
                          if p.is_dir() and not p.name.startswith("."))
         assert "00_orientation" in names, f"the first notebook's folder is served: {names}"
-        assert names == on_disk, f"the server lists notebooks/: {names} != {on_disk}"
+        assert names == on_disk, f"the server lists the working copy of notebooks/: {names} != {on_disk}"
         first = _get_json(f"{base}/api/contents/00_orientation?token={token}")
         files = {item["name"]: item["type"] for item in first["content"]}
         assert files.get("00_orientation.ipynb") == "notebook", f"the notebook itself is served: {files}"
+        copy = tmp_path / "work" / "00_orientation" / "00_orientation.ipynb"
+        assert copy.read_bytes() == (ROOT / "notebooks" / "00_orientation" / "00_orientation.ipynb").read_bytes(), (
+            "the server's folder is the working copy made from the release")
 
         with pytest.raises(urllib.error.HTTPError) as refused:
             _get_json(f"{base}/api/contents/")

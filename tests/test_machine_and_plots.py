@@ -20,6 +20,7 @@ from PIL import Image  # noqa: E402
 
 from feedgpu import plots
 from feedgpu.measure import machine  # noqa: E402
+from feedgpu.palette import VERMILLION  # noqa: E402
 
 pytestmark = pytest.mark.unit
 
@@ -267,7 +268,9 @@ def test_plot_seen_draws_one_box_per_sample_and_frames_duplicates():
     ax = plots.plot_seen(seen, title="t")
     boxes = [p for p in ax.patches if isinstance(p, matplotlib.patches.Rectangle)]
     assert len(boxes) == len(seen), f"{len(boxes)} boxes for {len(seen)} samples"
-    framed = sorted(int(t.get_text()) for p, t in zip(boxes, ax.texts) if p.get_edgecolor()[:3] == (1.0, 0.0, 0.0))
+    frame = matplotlib.colors.to_rgb(VERMILLION)
+    framed = sorted(int(t.get_text()) for p, t in zip(boxes, ax.texts)
+                    if p.get_edgecolor()[3] > 0 and tuple(p.get_edgecolor()[:3]) == pytest.approx(frame))
     assert framed == [2, 2], f"only id 2, loaded twice in epoch 0, is framed: {framed}"
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels == ["epoch 0, rank 0", "epoch 0, rank 1", "epoch 1, rank 0", "epoch 1, rank 1"], labels

@@ -46,6 +46,18 @@ def test_every_notebook_opens_with_goals_and_ends_with_a_reflection():
             f"{p.name}: end with a manually graded reflection"
 
 
+def test_every_prediction_is_asked_where_the_student_can_write():
+    """A prediction prompt in a locked cell leaves the student nowhere to write it: every
+    "*My prediction:*" sits in an editable markdown cell of its own."""
+    locked = []
+    for p in SOLUTIONS:
+        for i, c in enumerate(nbformat.read(p, as_version=4).cells):
+            if c.cell_type == "markdown" and "*My prediction:*" in c.source:
+                if c.metadata.get("nbgrader", {}).get("locked"):
+                    locked.append(f"{p.parent.name} cell {i}")
+    assert not locked, f"prediction prompts in locked cells: {locked}"
+
+
 @pytest.mark.grading
 @pytest.mark.parametrize("name", [p.parent.name for p in SOLUTIONS])
 def test_solution_executes_without_error(course_grading, name):

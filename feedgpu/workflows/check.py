@@ -1,7 +1,8 @@
 """Check your own notebook with the instructor's tests, hidden ones included.
 
 Usage: ``make check NB=03`` or ``feedgpu-check 03`` (any unique prefix of a notebook's
-folder under ``notebooks/``, or its whole name; every notebook when none is given).
+folder under ``work/``, the student's working copy, or its whole name; every notebook when
+none is given; ``--notebooks`` names another folder).
 
 A self-learner has no instructor to run ``make grade``. This runs the same pipeline on
 one learner's working notebook: a copy of it is inspected and autograded by nbgrader in
@@ -11,7 +12,7 @@ away. It then prints, per task (each answer and the tests after it), the points 
 and possible and the first message of each failing test; the total; and what the
 inspection noted or flagged. The HTML feedback is kept in ``build/check/``.
 
-Nothing under ``notebooks/`` is written: the notebook is read once and its bytes are
+Nothing under ``work/`` is written: the notebook is read once and its bytes are
 graded from a copy (a notebook saved from JupyterLab meanwhile gets a note saying which
 version the points are of). Every process the grading started is stopped with it.
 """
@@ -31,6 +32,7 @@ from . import COURSE_ROOT as ROOT
 from .grade import Result, generate_feedback, grade_one, register_assignments
 from .release import RELEASE, SOURCE, assignments
 from .sandbox import Limits
+from .workcopy import WORK
 
 __all__ = ["CheckError", "Task", "Check", "find_notebook", "check_notebook", "format_check", "main"]
 
@@ -247,8 +249,9 @@ def format_check(found: Check) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Check your own notebook with the instructor's tests.")
     parser.add_argument("notebook", nargs="?", default="",
-                        help="a notebook folder under notebooks/ or a unique prefix (03); all when left out")
-    parser.add_argument("--notebooks", type=Path, default=RELEASE, help="your notebooks (default notebooks/)")
+                        help="a notebook folder under work/ or a unique prefix (03); all when left out")
+    parser.add_argument("--notebooks", type=Path, default=WORK,
+                        help="your notebooks (default work/, made by make lab)")
     parser.add_argument("--source", type=Path, default=SOURCE, help="the tests (default solutions/)")
     parser.add_argument("--cell-timeout", type=float, default=120, help="seconds per cell")
     args = parser.parse_args(argv)
