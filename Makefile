@@ -9,6 +9,8 @@ LFW         ?= synthetic
 DATA_HOME   := data
 SYNTHETIC   := $(DATA_HOME)/lfw-synthetic/.complete
 REAL        := $(DATA_HOME)/lfw-real/.complete
+AXE_VERSION := 4.14.1
+AXE         := build/node_modules/axe-core/axe.min.js
 SUBMISSIONS ?= submitted
 JOBS        ?= 1
 SCHEDULER   ?=
@@ -90,9 +92,16 @@ check: $(STAMP) $(SYNTHETIC)
 	@$(PY) -m feedgpu.workflows.workcopy --work $(WORK) > /dev/null
 	$(VENV)/bin/feedgpu-check --notebooks $(WORK) $(NB)
 
-# Run the whole test suite (modules, notebooks, nbgrader pipeline).
-test: $(STAMP) $(SYNTHETIC)
+# Run the whole test suite (modules, notebooks, nbgrader pipeline, the site's accessibility).
+test: $(STAMP) $(SYNTHETIC) $(AXE)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# axe-core, the accessibility rules the tests run on the site's pages in Chromium (npm registry;
+# without npm the check is skipped and says so).
+$(AXE):
+	@if command -v npm > /dev/null; then \
+	  npm install --silent --no-audit --no-fund --prefix build axe-core@$(AXE_VERSION); \
+	else echo "npm not found: the site's accessibility check will be skipped (install Node.js and npm)"; fi
 
 # Run the quick tests only (skips notebooks and nbgrader).
 test-quick: $(STAMP) $(SYNTHETIC)

@@ -7,6 +7,7 @@ once per test session, and that run is the check.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -44,6 +45,57 @@ def test_every_notebook_opens_with_goals_and_ends_with_a_reflection():
         meta = last.metadata.get("nbgrader", {})
         assert last.cell_type == "markdown" and meta.get("grade") and meta.get("solution"), \
             f"{p.name}: end with a manually graded reflection"
+
+
+DRAWS = {"subplots", "figure", "bar_with_error", "show_faces", "imshow"}
+
+
+def _calls(tree: ast.AST) -> list[str]:
+    """The names called in ``tree``, outside function and class definitions."""
+    names = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.Call):
+            f = node.func
+            names.append(f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else "")
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return names
+
+
+def _draws(names: list[str]) -> bool:
+    return any(n in DRAWS or n.startswith("plot_") for n in names)
+
+
+def _parsed(source: str) -> ast.AST:
+    return ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+
+
+def test_the_figure_scan_finds_a_figure_without_its_summary():
+    assert _draws(_calls(_parsed("fig, ax = plt.subplots()\nax.plot([1], [2])")))
+    assert not _draws(_calls(_parsed("def show(ax):\n    plot_waits(ax)\n")))
+    assert "describe" in _calls(_parsed("plot_waits(t)\ndescribe(f'{x} ms')"))
+
+
+def test_every_figure_is_followed_by_its_one_line_summary():
+    """A reader who cannot see a figure loses nothing: every cell that draws one calls
+    feedgpu.plots.describe (in that cell, or the code cell right after it), whose line is
+    also the figure's alternative text on the reference site."""
+    missing = []
+    for p in SOLUTIONS:
+        code = [(i, c) for i, c in enumerate(nbformat.read(p, as_version=4).cells) if c.cell_type == "code"]
+        for k, (i, cell) in enumerate(code):
+            names = _calls(_parsed(cell.source))
+            if not _draws(names):
+                continue
+            after = _calls(_parsed(code[k + 1][1].source)) if k + 1 < len(code) else []
+            if "describe" not in names and "describe" not in after:
+                missing.append(f"{p.parent.name} cell {i}")
+    assert not missing, f"figures without a one-line summary (feedgpu.plots.describe): {missing}"
 
 
 def test_every_prediction_is_asked_where_the_student_can_write():

@@ -187,6 +187,22 @@ def test_the_banner_names_the_machine_and_the_tests_outcome():
     assert "2 cores, no GPU, fork start method" in plain and "all 4 of its autograded tests passed" in plain, plain
 
 
+def test_a_figure_gets_the_summary_its_cell_printed_as_alternative_text():
+    solution = nbformat.read(FIXTURE_SOURCE / TINY / f"{TINY}.ipynb", as_version=4)
+    executed = stamped(solution)
+    drawn = next(c for c in executed.cells  # a cell whose outputs the page keeps (not an answer)
+                 if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("solution"))
+    png = nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "<Figure>"})
+    said = nbformat.v4.new_output("stream", name="stdout", text="In the figure: serial 142 ms against 112 ms\n")
+    drawn.outputs = [png, said]
+    page = site.page(executed, solution)
+    cell = next(c for c in page.cells if c.get("id") == drawn.get("id"))
+    assert cell.metadata["mystnb"]["image"]["alt"] == "serial 142 ms against 112 ms"
+    drawn.outputs = [png]
+    cell = next(c for c in site.page(executed, solution).cells if c.get("id") == drawn.get("id"))
+    assert "mystnb" not in cell.metadata, "no summary printed: no alternative text invented"
+
+
 def test_cache_key_changes_with_the_notebook_and_with_what_it_runs(tmp_path):
     notebook, module = tmp_path / "nb.ipynb", tmp_path / "module.py"
     notebook.write_text("{}")

@@ -261,7 +261,10 @@ class Diagnosis:
         items = "".join(f"<li><b>{e(f.cause)}</b>: {e(f.sentence)} {e(f.advice)}</li>" for f in self.findings)
         notes = "".join(f"<li>{e(n)}</li>" for n in self.notes)
         png = self._plot_png()
-        image = f"<img src='data:image/png;base64,{png}'/>" if png else ""
+        alt = (f"The diagnosis's plot: where a batch's time goes ({self._breakdown_line()}); batches/s by "
+               f"num_workers, measured (model): {self._scaling_line() or 'none measured'}; worker memory: "
+               f"{self._memory_line()}")
+        image = f"<img alt='{e(alt)}' src='data:image/png;base64,{png}'/>" if png else ""
         return (f"<div><p><b>{e(self.headline())}</b></p><table>{table}</table>"
                 + (f"<ul>{items}</ul>" if items else "<p>No cause found: the loop does not wait for data.</p>")
                 + (f"<p>{e(self.explanation)}</p>" if self.explanation else "")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from ..measure.memory import memory_of
+from ..measure.memory import family_memory_of, memory_of
 
 logger = logging.getLogger(__name__)
 
@@ -94,10 +94,11 @@ def _memory_mb(procs: list[psutil.Process], proportional: bool = False) -> float
 
     RSS counts the pages that forked DataLoader workers share with their parent once per
     process, so it overstates; PSS splits shared pages fairly but costs ~10 ms a process
-    to read. The watchdog polls RSS and confirms with PSS before it kills.
+    to read. The watchdog polls RSS and confirms with PSS before it kills; where PSS cannot
+    be read (macOS, Windows), with the private pages plus the shared ones counted once
+    (:func:`~feedgpu.measure.memory.family_memory_of`), never with RSS alone.
     """
-    # the course's memory probe reads both; PSS falls back to RSS where the platform has none
-    return memory_of(procs, "pss" if proportional else "rss", fallback="rss") / 2**20
+    return (family_memory_of(procs) if proportional else memory_of(procs, "rss")) / 2**20
 
 
 def kill_sessions(sessions: set[int], created_before: float | None = None) -> int:

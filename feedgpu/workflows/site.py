@@ -63,6 +63,7 @@ project = "Feeding the GPU: a reference run"
 extensions = ["myst_nb", "feedgpu.workflows.site"]
 html_theme = "alabaster"  # Sphinx's bundled default: no theme or font is downloaded
 html_theme_options = {"page_width": "1250px", "body_max_width": "none", "show_powered_by": False}
+pygments_style = "vs"  # code colours with at least 4.5:1 contrast (the theme's own fail axe's color-contrast)
 html_title = project
 html_show_copyright = False
 html_copy_source = False  # the blanked notebooks are on the pages already
@@ -271,13 +272,27 @@ def banner(run: dict, tests: int, failed: int) -> str:
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
+def figure_summary(cell) -> str | None:
+    """The one-line summary a code cell printed after its figure
+    (:func:`feedgpu.plots.describe`), when the cell drew an image; else None."""
+    from ..plots import SUMMARY_PREFIX
+
+    outputs = cell.get("outputs", [])
+    if not any(k.startswith("image/") for o in outputs for k in o.get("data", {})):
+        return None
+    lines = [line for o in outputs if o.get("output_type") == "stream"
+             for line in "".join(o.get("text", "")).splitlines() if line.startswith(SUMMARY_PREFIX)]
+    return lines[-1][len(SUMMARY_PREFIX):].strip() if lines else None
+
+
 def page(executed, solution=None, root: Path = ROOT):
     """The notebook a site page shows: ``executed`` blanked, with the banner on top.
 
     Its outputs as Jupyter shows them: consecutive prints merged and a progress bar
     written over itself (``\\r``) down to its last state, by nbconvert's
     ``CoalesceStreamsPreprocessor``. Widgets (progress bars) are left out: a static page
-    cannot run them, and their text is the state they were created in ("0/8").
+    cannot run them, and their text is the state they were created in ("0/8"). A figure
+    gets the one-line summary its cell printed as its alternative text (:func:`figure_summary`).
     """
     import nbformat
     from nbconvert.preprocessors import CoalesceStreamsPreprocessor
@@ -288,6 +303,9 @@ def page(executed, solution=None, root: Path = ROOT):
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.outputs if WIDGET_VIEW not in o.get("data", {})]
+            alt = figure_summary(cell)
+            if alt:  # MyST-NB's render_image_options, per cell: the figure's alternative text
+                cell.metadata.setdefault("mystnb", {}).setdefault("image", {})["alt"] = alt
     run = executed.metadata.get(RUN_KEY) or reference_run()
     tests = [c for c in nb.cells if c.cell_type == "code" and is_grade(c) and not is_solution(c)]
     failed = [c for c in tests if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
@@ -375,6 +393,15 @@ def _published(html_dir: Path, docs: list[str] | None):
     return ignore
 
 
+def accessible(page: str) -> str:
+    """A Sphinx page with two things the theme leaves out, that screen readers and keyboard
+    users need (axe-core's rules ``scrollable-region-focusable`` and ``aria-required-attr``):
+    every code block (``<pre>``, which scrolls sideways) can take the keyboard's focus, and
+    every element with ``role="heading"`` (the side bar's caption) says its level."""
+    page = re.sub(r"<pre(?![^>]*\btabindex=)", '<pre tabindex="0"', page)
+    return re.sub(r'role="heading"(?![^>]*\baria-level=)', 'role="heading" aria-level="2"', page)
+
+
 def sphinx_build(src: Path, work: Path, dest: Path, docs: list[str] | None = None) -> int:
     """Build the HTML from ``src`` in ``work`` (Sphinx's doctrees and output stay there,
     so a rebuild redoes only the pages that changed), then swap a copy of the pages
@@ -394,6 +421,8 @@ def sphinx_build(src: Path, work: Path, dest: Path, docs: list[str] | None = Non
     with tempfile.TemporaryDirectory(prefix=".site-", dir=dest.parent) as tmp:
         new = Path(tmp) / "site"
         shutil.copytree(html_dir, new, ignore=_published(html_dir, docs))
+        for page in new.glob("*.html"):
+            page.write_text(accessible(page.read_text(encoding="utf-8")), encoding="utf-8")
         if dest.exists():
             dest.rename(Path(tmp) / "old")
         new.rename(dest)
