@@ -395,7 +395,7 @@ class _Diagnosis:
         scaling = [{"num_workers": k, "label": run.label, "s_per_batch": run.s_per_batch if run.measured else None,
                     "spread": _halves_spread(run), "timed_batches": run.timing.n_batches[0] if run.measured else 0,
                     "predicted_s_per_batch": self.costs.s_per_batch(k)} for k, run in sorted(self.scaling.items())]
-        memory = self.memory_figures(b, named="memory-growth" in {f.cause for f in findings})
+        memory = self.memory_figures(ev, named="memory-growth" in {f.cause for f in findings})
         try_first = None
         if chosen is not None:
             try_first = {k: chosen.get(k) for k in ("setting", "value", "predicted_speedup", "measured_speedup", "why")}
@@ -437,22 +437,21 @@ class _Diagnosis:
                 "pinning, main thread": self.pinning["main_thread"], "step alone": self.step_alone,
                 "step": step}
 
-    def memory_figures(self, b: Run, named: bool) -> dict[str, Any]:
+    def memory_figures(self, ev: Evidence, named: bool) -> dict[str, Any]:
         """Each worker's USS growth and its projection over an epoch (the report says the
         projection in words only where ``memory-growth`` was named: growth that is not
         steady, such as a worker's first allocations, does not go on)."""
         if self.workers == 0:
             return {"per_worker_mb": [], "reason": "0 workers: no worker to measure"}
-        growth = b.memory
+        growth = ev.memory
         if growth is None:
             return {"per_worker_mb": [], "reason": "the baseline was not measured"}
         if not growth.per_worker_mb:
             return {"per_worker_mb": [], "reason": growth.reason}
-        n = _length(self.loader.dataset)
-        projected = (growth.kb_per_item * n / self.workers / 1024
-                     if n and math.isfinite(growth.kb_per_item) else None)
+        projected = ev.projected_epoch_mb
         return {"per_worker_mb": growth.per_worker_mb, "items_per_worker": growth.items_per_worker,
-                "kb_per_item": growth.kb_per_item, "projected_epoch_mb": projected, "named": named, "reason": None}
+                "kb_per_item": growth.kb_per_item,
+                "projected_epoch_mb": projected if math.isfinite(projected) else None, "named": named, "reason": None}
 
 
 def _timed(call: Callable[[], Any]) -> tuple[Any, float, float]:

@@ -10,7 +10,7 @@ formula, both measured on real machines where it fell short:
   thread itself, on torch's threads). Those are its time per batch, not a loading stage:
   the main process's stage is ``step + receive + pin``.
 * **The cores it shares.** The main process's CPU work per batch (the step's host part,
-  ``step_s * step_cpu_share``, receiving and pinning: :meth:`Costs.shared_cpu_s`) can run slower while the
+  ``step_s * step_cpu_share``, receiving and pinning: :meth:`Costs.main_cpu_s`) can run slower while the
   workers keep other cores busy: a core's other hardware thread, its caches, the memory
   bus and the clock (a CPU runs all its cores slower than one) are shared. The model
   charges that work ``sharing * busy / cores`` more, where ``busy`` is the cores the
@@ -102,13 +102,6 @@ class Costs:
         host part, receiving and pinning."""
         return self.step_s * self.step_cpu_share + self.receive_s + self.pin_s
 
-    def shared_cpu_s(self) -> float:
-        """The main process's CPU per batch that busy cores slow: the step's host part,
-        receiving and pinning (:meth:`main_cpu_s`). The step and pinning are timed with no
-        worker running; receiving is probed alone too where it matters (a pickled
-        hand-over), and is small where it is read inside the loop."""
-        return self.main_cpu_s()
-
     def floor_s(self) -> float | None:
         """The cores' pace: all the CPU a batch needs over the cores; None when it needs none."""
         cpu = self.worker_cpu_s() + self.main_cpu_s()
@@ -119,13 +112,13 @@ class Costs:
         receiving and pinning, its CPU part slowed by the cores the workers keep busy.
 
         The busy cores depend on the pace, and the pace on the main process: with ``a`` the
-        main process's time alone, ``m`` its shared CPU times ``sharing``, ``c`` the cores and ``L``
+        main process's time alone, ``m`` its CPU times ``sharing``, ``c`` the cores and ``L``
         the workers' CPU per batch, it solves ``p = a + m/c * min(K, L/p)`` (``K``: the
         workers, at most the cores), whose root is the lesser of ``a + m*K/c`` and
         ``(a + sqrt(a^2 + 4mL/c)) / 2``.
         """
         alone = self.step_s + self.receive_s + self.pin_s
-        m, cores = self.sharing * self.shared_cpu_s(), max(self.cores, 0.5)
+        m, cores = self.sharing * self.main_cpu_s(), max(self.cores, 0.5)
         if m <= 0 or num_workers <= 0:
             return alone
         all_busy = alone + m * min(num_workers, cores) / cores

@@ -31,6 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..distributed.seen import write_json_atomically
 from . import COURSE_ROOT as ROOT
 from .release import RELEASE
 
@@ -57,18 +58,6 @@ def _release_files(release: Path) -> list[Path]:
         files += [p.relative_to(release) for p in sorted(folder.rglob("*"))
                   if p.is_file() and ".ipynb_checkpoints" not in p.parts and "__pycache__" not in p.parts]
     return files
-
-
-def _write_json(path: Path, data: dict) -> None:
-    """Write ``data`` whole or not at all (a temporary file renamed over the old one)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".release-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -120,7 +109,7 @@ def update_work(release: Path = RELEASE, work: Path = WORK) -> list[str]:
             said.append(f"{rel.parts[0]}: the course changed {rel.name} since your copy; the new version is beside "
                         f"yours as {work.name}/{rel.parent.as_posix()}/{beside.name} (yours is untouched)")
         delivered[key] = digest
-    _write_json(manifest_path, delivered)
+    write_json_atomically(manifest_path, delivered)
     return [f"{folder}: copied to {work.name}/{folder}/ (your working copy)" for folder in sorted(set(copied))] + said
 
 
