@@ -135,3 +135,43 @@ def test_solution_ran_its_workers_as_under_spawn(course_grading, name):
     found = re.search(r"start method:\s*(\w+)", printed)
     assert found and found.group(1) == "forkserver", \
         f"{name}: the solution should have run with fresh workers; its configuration printed {printed!r}"
+
+
+#: The notebooks whose lesson needs *fork*, and the sentence in each that tells the student why.
+FORK_LESSONS = {"01_dataset": "It asked for *fork*",  # a notebook's class reaches a worker only by fork
+                "04_augmentation": "**Why the tests use fork.**",  # seed_worker, defined in the notebook
+                "06_copy_on_write": "**On macOS or Windows?**"}  # copy-on-write is fork's own lesson
+
+
+def _fork_requests(source: str) -> int:
+    """How often code asks for the *fork* start method: a ``"fork"`` that is not only compared."""
+    try:
+        tree = ast.parse("\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))))
+    except SyntaxError:
+        return 0
+    compared = {id(node) for cmp in ast.walk(tree) if isinstance(cmp, ast.Compare)
+                for node in (cmp.left, *cmp.comparators)}
+    return sum(1 for node in ast.walk(tree)
+               if isinstance(node, ast.Constant) and node.value == "fork" and id(node) not in compared)
+
+
+def test_the_fork_scan_tells_a_request_from_a_comparison():
+    assert _fork_requests('loader = DataLoader(ds, multiprocessing_context="fork")') == 1
+    assert _fork_requests('FORK = "fork" if "fork" in mp.get_all_start_methods() else None') == 1
+    assert _fork_requests('TIMEOUT = 10 if START == "fork" else 30') == 0
+
+
+def test_fork_only_where_the_lesson_is_fork():
+    """One fork policy: every other notebook's workers start with the platform's default
+    method, and a notebook that asks for fork says why."""
+    outside, unexplained = [], []
+    for p in SOLUTIONS:
+        cells = nbformat.read(p, as_version=4).cells
+        asks = [i for i, c in enumerate(cells) if c.cell_type == "code" and _fork_requests(c.source)]
+        name = p.parent.name
+        if asks and name not in FORK_LESSONS:
+            outside.append(f"{name} cells {asks}")
+        elif asks and not any(FORK_LESSONS[name] in c.source for c in cells if c.cell_type == "markdown"):
+            unexplained.append(name)
+    assert not outside, f"fork asked for outside a lesson about fork (use the platform's default): {outside}"
+    assert not unexplained, f"these ask for fork without the sentence that says why: {unexplained}"

@@ -203,6 +203,26 @@ def test_a_figure_gets_the_summary_its_cell_printed_as_alternative_text():
     assert "mystnb" not in cell.metadata, "no summary printed: no alternative text invented"
 
 
+def test_links_to_the_reference_pages_point_at_the_site_pages():
+    """A notebook links ../GLOSSARY.md (from work/); on the site that is glossary.md. Other links stay."""
+    text = "the [glossary](../GLOSSARY.md), the [rubrics](../RUBRICS.md#notebook-03), [a file](data/GLOSSARY.md)"
+    assert site.site_links(text) == ("the [glossary](glossary.md), the [rubrics](rubrics.md#notebook-03), "
+                                     "[a file](data/GLOSSARY.md)")
+
+
+@pytest.mark.grading
+def test_course_site_has_the_reference_pages_the_notebooks_link(course_site):
+    for file, doc in site.REFERENCE_PAGES.items():
+        assert doc in course_site.pages, f"{file} is not on the site"
+        assert (course_site.dest / f"{doc}.html").is_file(), doc
+    for name in course_site.notebooks:
+        page = (course_site.dest / f"{name}.html").read_text(encoding="utf-8")
+        hrefs = re.findall(r"<a\b[^>]*\bhref=\"([^\"]+)\"", page)
+        for doc in site.REFERENCE_PAGES.values():  # once in the side bar, and from the notebook's text
+            assert hrefs.count(f"{doc}.html") >= 2, f"{name}.html: its text does not link {doc}.html"
+        assert not [h for h in hrefs if h.endswith(tuple(site.REFERENCE_PAGES))], f"{name}: a dead link"
+
+
 def test_cache_key_changes_with_the_notebook_and_with_what_it_runs(tmp_path):
     notebook, module = tmp_path / "nb.ipynb", tmp_path / "module.py"
     notebook.write_text("{}")
@@ -286,6 +306,7 @@ def test_build_executes_caches_and_rebuilds_only_what_changed(tmp_path, monkeypa
     root = tmp_path / "course"  # the course's nbgrader settings, and no code that could change meanwhile
     root.mkdir()
     (root / "nbgrader_config.py").write_text((ROOT / "nbgrader_config.py").read_text())
+    (root / "GLOSSARY.md").write_text("# Glossary\n\n| term | meaning |\n|---|---|\n| **hand-over** | a batch's trip |\n")
     solution = nbformat.read(FIXTURE_SOURCE / TINY / f"{TINY}.ipynb", as_version=4)
     solution.cells.insert(3, nbformat.v4.new_code_cell(
         'import matplotlib.pyplot as plt\n\nplt.plot([0, 1, 2], [2, 0, 1]);', id="a-plot"))
@@ -296,7 +317,9 @@ def test_build_executes_caches_and_rebuilds_only_what_changed(tmp_path, monkeypa
                 progress=False)
     first = site.build_site(tmp_path / "site", **dirs)
     assert first.executed == [TINY] and first.cached == [], first
-    assert first.pages == ["index", TINY, "diagnose"], first.pages
+    assert first.pages == ["index", TINY, "diagnose", "glossary"], first.pages
+    assert first.notebooks == [TINY], first.notebooks
+    assert "a batch's trip" in page_text((tmp_path / "site" / "glossary.html").read_text(encoding="utf-8"))
     page = tmp_path / "site" / f"{TINY}.html"
     text = page_text(page.read_text(encoding="utf-8"))
     assert "Reference run on " in text and "all 4 of its autograded tests passed" in text, text[:600]
@@ -384,7 +407,7 @@ def test_course_site_images_decode(course_site):
 @pytest.mark.grading
 def test_course_site_shows_no_answer_and_no_hidden_test(course_site):
     text = site_text(course_site.dest)
-    for name in course_site.pages[1:-1]:
+    for name in course_site.notebooks:
         solution = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", as_version=4)
         release = nbformat.read(RELEASE / name / f"{name}.ipynb", as_version=4)
         assert secret_lines(solution, release, "BEGIN SOLUTION", "END SOLUTION"), f"{name}: nothing to look for?"
@@ -395,7 +418,7 @@ def test_course_site_shows_no_answer_and_no_hidden_test(course_site):
 @pytest.mark.grading
 def test_course_site_renders_no_traceback_but_on_purpose(course_site):
     src = course_site.dest.parent / "src"
-    for name in course_site.pages[1:-1]:
+    for name in course_site.notebooks:
         nb = nbformat.read(src / f"{name}.ipynb", as_version=4)
         expected = 0
         for c in nb.cells:
@@ -416,7 +439,7 @@ def test_course_site_pages_carry_the_banner_and_load_nothing_remote(course_site)
         page = (course_site.dest / f"{doc}.html").read_text(encoding="utf-8")
         assert not REMOTE.search(page), f"{doc}.html loads something from another host"
         assert not re.search(r"<script\b[^>]*mathjax", page, re.I), f"{doc}.html loads MathJax"
-        if doc not in ("index", "diagnose"):
+        if doc in course_site.notebooks:
             assert page_text(page).count("Reference run on ") == 1, f"{doc}.html: no banner"
             assert "forkserver start method" in page_text(page), f"{doc}.html: the banner names the start method"
     for css in course_site.dest.rglob("*.css"):

@@ -84,3 +84,38 @@ def test_the_command_says_what_it_did_in_one_line_each(tmp_path, capsys):
     assert main(["--release", str(tmp_path / "none"), "--work", str(tmp_path / "work")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no release folder" in err
+
+
+def test_the_reference_pages_are_kept_as_the_course_has_them(tmp_path):
+    """GLOSSARY.md and RUBRICS.md sit in work/ (JupyterLab cannot reach above it), replaced when the course's change."""
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "GLOSSARY.md").write_text("# Glossary v1")
+    release, work = release_with(tmp_path, {"00_a": "zero"}), tmp_path / "work"
+    update_work(release, work, course)
+    assert (work / "GLOSSARY.md").read_text() == "# Glossary v1" and not (work / "RUBRICS.md").exists()
+    (course / "GLOSSARY.md").write_text("# Glossary v2")
+    assert update_work(release, work, course) == [], "a reference page is the course's: replaced without a word"
+    assert (work / "GLOSSARY.md").read_text() == "# Glossary v2"
+
+
+def test_every_link_of_the_release_to_a_course_page_resolves_in_the_working_copy(tmp_path):
+    """The notebooks link ../GLOSSARY.md and ../RUBRICS.md: from work/NN_x/ both must exist."""
+    import re
+
+    import nbformat
+
+    from feedgpu.workflows.release import RELEASE
+
+    work = tmp_path / "work"
+    update_work(RELEASE, work)
+    checked = 0
+    for path in sorted(work.glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        targets = {t for c in nb.cells if c.cell_type == "markdown"
+                   for t in re.findall(r"\]\((\.\./[^)#\s]+\.md)", c.source)}
+        assert "../GLOSSARY.md" in targets, f"{path.name} does not link the glossary"
+        for target in targets:
+            assert (path.parent / target).resolve().is_file(), f"{path.name}: {target} is not in the working copy"
+            checked += 1
+    assert checked >= 20, checked

@@ -4,7 +4,9 @@
 machine, blanks its answers and hidden tests with nbgrader's own preprocessors (as the
 student release does, with the course's ``nbgrader_config.py``), puts a banner on top that
 names the machine, and builds an HTML site with Sphinx and MyST-NB: the README's course
-map as the index, a page per notebook, and the README's "Diagnose your own training loop".
+map as the index, a page per notebook, the README's "Diagnose your own training loop", and
+the course's reference pages (the glossary and the reflections' rubrics, which the notebooks
+link to).
 Nothing is fetched at build time or view time (the default theme; formulas as MathML).
 
 Under ``build/``::
@@ -41,6 +43,7 @@ from pathlib import Path
 
 from . import COURSE_ROOT as ROOT
 from .release import assignments
+from .workcopy import REFERENCE_FILES
 
 SOURCE = ROOT / "solutions"
 README = ROOT / "README.md"
@@ -54,6 +57,9 @@ RUN_KEY = "feedgpu_reference_run"
 #: The README's sections that the site shows.
 COURSE_MAP = "Course map"
 DIAGNOSE = "Diagnose your own training loop"
+#: The course's reference pages, at its root, that the notebooks link to as ``../NAME.md``
+#: (in ``work/``, where :mod:`~feedgpu.workflows.workcopy` keeps a copy): {file: the site's page}.
+REFERENCE_PAGES = {file: file.removesuffix(".md").lower() for file in REFERENCE_FILES}
 
 logger = logging.getLogger("site")
 
@@ -92,12 +98,18 @@ class SiteSummary:
     """What :func:`build_site` made."""
 
     dest: Path
-    pages: list[str]  # Sphinx's document names: index, diagnose, one per notebook
+    pages: list[str]  # Sphinx's document names: index, one per notebook, diagnose, the reference pages
     size_bytes: int
     build_s: float
     executed: list[str]  # notebooks executed by this build
     cached: list[str]  # notebooks taken from the cache or from ``executed=``
     warnings: int  # Sphinx's warnings (logged)
+
+    @property
+    def notebooks(self) -> list[str]:
+        """The pages that are notebooks, in the site's order."""
+        shown = set(self.executed) | set(self.cached)
+        return [doc for doc in self.pages if doc in shown]
 
     def __str__(self) -> str:
         return (f"site: {len(self.pages)} pages, {self.size_bytes / 1e6:.1f} MB, {self.build_s:.0f} s "
@@ -301,6 +313,8 @@ def page(executed, solution=None, root: Path = ROOT):
     nb = blank(executed, solution, root)
     nb, _ = CoalesceStreamsPreprocessor().preprocess(nb, {})
     for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = site_links(cell.source)
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.outputs if WIDGET_VIEW not in o.get("data", {})]
             alt = figure_summary(cell)
@@ -320,6 +334,20 @@ def page(executed, solution=None, root: Path = ROOT):
 # --------------------------------------------------------------------------- the Sphinx source
 
 
+def site_links(text: str) -> str:
+    """A notebook's links to the course's reference pages (``../GLOSSARY.md``, from ``work/``)
+    pointed at the site's pages (``glossary.md``)."""
+    for file, doc in REFERENCE_PAGES.items():
+        text = re.sub(r"\]\((?:\.\./)+" + re.escape(file) + r"(#[^)]*)?\)", rf"]({doc}.md\1)", text)
+    return text
+
+
+def reference_pages(root: Path = ROOT) -> dict[str, str]:
+    """``{page: text}`` of the course's reference pages found at ``root``."""
+    return {doc: (Path(root) / file).read_text(encoding="utf-8")
+            for file, doc in REFERENCE_PAGES.items() if (Path(root) / file).is_file()}
+
+
 def readme_section(text: str, title: str) -> str:
     """The body of the README's ``## title`` section (up to the next ``## ``)."""
     lines = text.splitlines()
@@ -331,7 +359,7 @@ def readme_section(text: str, title: str) -> str:
     return "\n".join(lines[start:end]).strip()
 
 
-def index_page(readme_text: str, names: list[str]) -> str:
+def index_page(readme_text: str, names: list[str], references: Iterable[str] = ()) -> str:
     """The index: a short introduction and the README's course map, each row linked to its page."""
     course_map = readme_section(readme_text, COURSE_MAP)
     for name in names:
@@ -341,7 +369,7 @@ def index_page(readme_text: str, names: list[str]) -> str:
         course_map = course_map.replace(cell, f"| [{name}]({name}.ipynb) |")
     anchor = "#" + DIAGNOSE.lower().replace(" ", "-")
     course_map = course_map.replace(f"]({anchor})", "](diagnose.md)")
-    toctree = "\n".join([*names, "diagnose"])
+    toctree = "\n".join([*names, "diagnose", *references])
     return (f"# Feeding the GPU: a reference run\n\n{INTRO}\n\n## {COURSE_MAP}\n\n{course_map}\n\n"
             f"```{{toctree}}\n:hidden:\n:caption: Notebooks\n\n{toctree}\n```\n")
 
@@ -354,22 +382,25 @@ def _write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def write_sources(src: Path, pages: dict, readme_text: str) -> list[str]:
-    """Write the Sphinx source folder: conf.py, index.md, diagnose.md and the pages
-    (``{name: notebook}``); return the document names. Files that did not change are not
-    touched, and stray pages of an earlier build are removed."""
+def write_sources(src: Path, pages: dict, readme_text: str, references: dict[str, str] | None = None) -> list[str]:
+    """Write the Sphinx source folder: conf.py, index.md, diagnose.md, the pages
+    (``{name: notebook}``) and the reference pages (``{page: markdown}``); return the
+    document names. Files that did not change are not touched, and stray pages of an
+    earlier build are removed."""
     import nbformat
 
     src.mkdir(parents=True, exist_ok=True)
-    files = {"conf.py": CONF_PY, "index.md": index_page(readme_text, list(pages)),
+    references = references or {}
+    files = {"conf.py": CONF_PY, "index.md": index_page(readme_text, list(pages), references),
              "diagnose.md": f"# {DIAGNOSE}\n\n{readme_section(readme_text, DIAGNOSE)}\n"}
+    files.update({f"{doc}.md": text for doc, text in references.items()})
     files.update({f"{name}.ipynb": nbformat.writes(nb) for name, nb in pages.items()})
     for name, text in files.items():
         _write_if_changed(src / name, text)
     for stray in [*src.glob("*.ipynb"), *src.glob("*.md")]:
         if stray.name not in files:
             stray.unlink()
-    return ["index", *pages, "diagnose"]
+    return ["index", *pages, "diagnose", *references]
 
 
 # --------------------------------------------------------------------------- building
@@ -478,7 +509,7 @@ def build_site(dest: Path = DEST, executed: dict[str, Path] | None = None, names
             (reused if cached else ran).append(name)
         pages[name] = page(nb, solution, root)
     readme_text = Path(readme).read_text(encoding="utf-8")
-    docs = write_sources(src, pages, readme_text)
+    docs = write_sources(src, pages, readme_text, reference_pages(root))
     warnings = sphinx_build(src, cache / "sphinx", Path(dest), docs)
     size = sum(p.stat().st_size for p in Path(dest).rglob("*") if p.is_file())
     return SiteSummary(Path(dest).resolve(), docs, size, time.perf_counter() - start, ran, reused, warnings)

@@ -14,7 +14,11 @@ next release of the course conflicted with their work. Now:
   touched, nothing is merged), with one line that says so; the manifest then records the
   version delivered, so the line is said once;
 * a file the student deleted from ``work/`` is copied again (a fresh start for that
-  notebook: delete it, run ``make lab``).
+  notebook: delete it, run ``make lab``);
+* the course's reference pages (:data:`REFERENCE_FILES`: the glossary and the rubrics of
+  the reflections), which the notebooks link to as ``../GLOSSARY.md``, are kept in
+  ``work/`` as the course has them: JupyterLab opens on ``work/`` and cannot reach files
+  above it. They are the course's, not the student's, so they are replaced when they change.
 
 ``make check NB=03`` grades ``work/03_*`` (:mod:`feedgpu.workflows.check`), and
 ``make test`` never looks at ``work/``.
@@ -35,7 +39,7 @@ from ..distributed.seen import write_json_atomically
 from . import COURSE_ROOT as ROOT
 from .release import RELEASE
 
-__all__ = ["WORK", "MANIFEST", "UPDATED", "update_work", "main"]
+__all__ = ["WORK", "MANIFEST", "UPDATED", "REFERENCE_FILES", "update_work", "main"]
 
 #: The student's working copy.
 WORK = ROOT / "work"
@@ -43,6 +47,8 @@ WORK = ROOT / "work"
 MANIFEST = ".release.json"
 #: The suffix of a newer release version put beside the student's file.
 UPDATED = ".updated"
+#: The course's reference pages, at its root, that the notebooks link to (``../GLOSSARY.md``).
+REFERENCE_FILES = ("GLOSSARY.md", "RUBRICS.md")
 
 
 def _sha256(path: Path) -> str:
@@ -78,8 +84,9 @@ def updated_name(path: Path) -> Path:
     return path.with_name(f"{path.stem}{UPDATED}{path.suffix}")
 
 
-def update_work(release: Path = RELEASE, work: Path = WORK) -> list[str]:
-    """Bring ``work`` up to date with ``release`` without touching a file the student has.
+def update_work(release: Path = RELEASE, work: Path = WORK, course: Path = ROOT) -> list[str]:
+    """Bring ``work`` up to date with ``release`` without touching a file the student has,
+    and the reference pages (:data:`REFERENCE_FILES`) up to date with ``course``'s.
 
     Returns:
         One line per thing done that the student should know of (copied folders, a
@@ -110,6 +117,10 @@ def update_work(release: Path = RELEASE, work: Path = WORK) -> list[str]:
                         f"yours as {work.name}/{rel.parent.as_posix()}/{beside.name} (yours is untouched)")
         delivered[key] = digest
     write_json_atomically(manifest_path, delivered)
+    for name in REFERENCE_FILES:
+        src, dst = Path(course) / name, work / name
+        if src.is_file() and (not dst.is_file() or _sha256(dst) != _sha256(src)):
+            _copy(src, dst)
     return [f"{folder}: copied to {work.name}/{folder}/ (your working copy)" for folder in sorted(set(copied))] + said
 
 
