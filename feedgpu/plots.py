@@ -31,7 +31,6 @@ from typing import Any
 
 from .checks import check_int, check_seconds
 from .copies import STRATEGIES, CopyCosts, CostFit, pin_then_copy_limit, pin_then_copy_slowdown
-from .measure.stages import STAGES
 from .measure.timing import LoaderTiming
 from .model import simulate, steady_state_time_per_batch
 from .palette import BLUE, GREY, LIGHT, ORANGE, PURPLE, SERIES, SKY, VERMILLION, YELLOW, use_palette
@@ -577,6 +576,9 @@ def plot_stages(
         The matplotlib Axes.
     """
     import matplotlib.pyplot as plt
+
+    # Imported here: stages imports feedgpu.workloads (torchvision), absent from diagnose/'s package.
+    from .measure.stages import STAGES
 
     names = list(results)
     if ax is None:

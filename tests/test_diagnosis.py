@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -30,10 +31,12 @@ from feedgpu.diagnosis.causes import Evidence, find_causes
 from feedgpu.diagnosis.cloning import sampled_loader
 from feedgpu.diagnosis.collate import SharedTensorCollate, restore
 from feedgpu.diagnosis.runs import MemoryGrowth
+from feedgpu.diagnosis.threads import OneThreadPerPool, busy_threads, can_limit_pools
 from feedgpu.measure.memory import process_roles
 from feedgpu.workloads import SleepDataset
 from feedgpu.workloads.arrays import collate_list, make_records
-from feedgpu.workloads.planted import PLANTED, healthy, too_few_workers
+from feedgpu.workloads.cost import ThreadReportDataset
+from feedgpu.workloads.planted import PLANTED, healthy, slow_worker_start, too_few_workers
 
 pytestmark = pytest.mark.unit
 
@@ -68,7 +71,7 @@ def test_diagnosis_names_the_planted_cause(name, no_worker_left):
     """Each planted loader gets its cause (the healthy one none) and the setting to try first."""
     case = PLANTED[name]
     start = time.perf_counter()
-    result = diagnose(case.factory(), step_s=case.step_s, max_seconds=MAX_S, progress=False)
+    result = diagnose(case.factory(), **case.diagnose_kwargs(), max_seconds=MAX_S, progress=False)
     elapsed = time.perf_counter() - start
     found = result.to_dict()
     assert STABLE_KEYS <= set(found), f"the stable keys: {sorted(found)}"
@@ -209,6 +212,12 @@ def causes(**changes):
     return [f.cause for f in find_causes(evidence(**changes))]
 
 
+def test_the_readme_s_table_names_every_cause():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip().strip("`") for line in readme.splitlines() if line.startswith("| `")}
+    assert set(CAUSES) <= rows, f"causes without a row in the README's table: {sorted(set(CAUSES) - rows)}"
+
+
 def test_causes_come_from_measurements_not_settings():
     assert causes(num_workers=0, data_wait_share=0.05) == [], "0 workers that do not make the loop wait: healthy"
     assert causes(num_workers=0) == ["main-process-loading"]
@@ -233,6 +242,56 @@ def test_start_up_and_memory_causes_have_thresholds():
     assert causes(data_wait_share=0.0, memory=steady) == [], "a worker's start-up allocations are no growth"
     assert causes(data_wait_share=0.0, memory=grows, in_flight_mb=24.0) == [], (
         "a worker holding 24 MB of batches at once can move its USS by that much without copying")
+
+
+def test_main_thread_work_is_cpu_in_the_step_while_the_accelerator_idles():
+    """15 ms of CPU, then a 10 ms device wait, in a 28 ms loop: named. The same CPU where
+    the step is all CPU (training on the CPU), where the device is busy anyway (CUDA
+    events), on a simulated accelerator (no CPU), or a small part of the loop: not named."""
+    loop = dict(data_wait_share=0.05, s_per_batch=0.028, step_s=0.026)
+    assert causes(**loop, step_cpu_s=0.015) == ["main-thread-work"]
+    assert causes(**loop, step_cpu_s=0.025) == [], "a step that is all CPU: training on the CPU, no accelerator"
+    assert causes(**loop, step_cpu_s=0.025, device_s=0.010) == ["main-thread-work"], (
+        "an asynchronous step: its events say the device works 10 ms of 28")
+    assert causes(**loop, step_cpu_s=0.015, device_s=0.026) == [], "the device is busy 93% of the loop anyway"
+    assert causes(**loop) == [], "a simulated accelerator: no CPU in the step"
+    assert causes(**loop, step_cpu_s=0.004) == [], "4 ms of 28: under a quarter of the loop"
+    assert causes(data_wait_share=0.6, step_cpu_s=0.015, s_per_batch=0.05, step_s=0.02) == [
+        "too-few-workers", "main-thread-work"], "both, when the loader is short of workers too"
+
+
+def test_thread_oversubscription_is_busy_threads_on_full_cores():
+    """Computing workers on full cores are cpu-saturated; the same with two busy threads
+    each (a BLAS pool) are oversubscribed; two threads each on idle cores are not."""
+    full = dict(workers_cpu_per_s=1.8, idle_share=0.02)
+    assert causes(**full, worker_threads=2.0) == ["thread-oversubscription"]
+    assert causes(**full, worker_threads=1.0) == ["cpu-saturated"], "one thread a worker: the cores are just full"
+    assert causes(**full) == ["cpu-saturated"], "threads not read (macOS without access): the old verdict"
+    assert causes(workers_cpu_per_s=1.0, idle_share=0.5, worker_threads=2.0) == ["too-few-workers"], (
+        "idle cores leave room: the threads do not take turns")
+    assert causes(**full, worker_threads=2.0, num_workers=1, cores=4) == ["cpu-saturated"], (
+        "2 threads on 4 cores are not more threads than cores")
+
+
+def test_busy_threads_count_what_ran_a_tenth_of_the_span():
+    before = {1: 10.0, 2: 5.0}
+    after = {1: 10.5, 2: 5.05, 3: 0.2}  # 1 ran half the second, 2 a twentieth, 3 was born and ran a fifth
+    assert busy_threads(before, after, 1.0) == 2
+    assert busy_threads(before, after, 0.0) == 0
+
+
+@pytest.mark.skipif(not can_limit_pools(), reason="needs threadpoolctl")
+def test_one_thread_per_pool_limits_a_real_worker_after_the_loader_s_own_init(no_worker_left):
+    """The wrapper runs the loader's worker_init_fn first, then keeps every pool at one
+    thread, in a worker started as the loader starts it; it pickles (spawn)."""
+    calls = pickle.loads(pickle.dumps(OneThreadPerPool(slow_worker_start)))
+    assert calls.init is slow_worker_start and "slow_worker_start" in repr(calls)
+    dataset = ThreadReportDataset(2)
+    plain = next(iter(DataLoader(dataset, batch_size=None, num_workers=1)))
+    limited = next(iter(DataLoader(dataset, batch_size=None, num_workers=1, worker_init_fn=OneThreadPerPool())))
+    assert limited["blas_threads"] in (1, -1), limited
+    if plain["blas_threads"] > 1:  # a machine whose BLAS pool has threads to limit
+        assert limited["blas_threads"] == 1 < plain["blas_threads"], (plain, limited)
 
 
 # --------------------------------------------------------------------------- cloning

@@ -38,10 +38,13 @@ alone (0 workers over items that cost nothing is healthy):
 * ``too-few-workers``: the workers are the bottleneck, and the waiting or the idle cores
   leave room for more;
 * ``cpu-saturated``: the workers compute and no core is left: make items cheaper;
+* ``thread-oversubscription``: each worker keeps a pool of threads busy (BLAS, OpenMP,
+  OpenCV) on full cores: one thread per pool in each worker;
 * ``hand-over``: the main process spends the time receiving batches (pickled numpy,
   float64, huge batches);
 * ``worker-start-up``: workers started again every epoch, at a large share of it;
-* ``memory-growth``: the workers' USS grows as they read (copy-on-write of Python objects).
+* ``memory-growth``: the workers' USS grows as they read (copy-on-write of Python objects);
+* ``main-thread-work``: CPU work in the step's own thread keeps the accelerator waiting.
 
 **Every diagnosis can be replayed** from its JSON, without the loader:
 :func:`replay` (``feedgpu-diagnose --replay FILE [--step-ms X] [--cores N]``) recomputes

@@ -17,6 +17,11 @@ the thresholds are module constants, stated here and in the README:
   and no core is left (the machine idle less than :data:`IDLE_SHARE` of its cores'
   time, or this loop's processes use at least :data:`OWN_CPU_SHARE` of them), else
   ``too-few-workers`` (items that wait, or cores still idle, leave room for more).
+  Computing workers that each keep more than one thread busy (at least
+  :data:`THREADS_PER_WORKER` on average: each thread ran a tenth of the timed span,
+  :mod:`.threads`), more threads in all than the cores, and no core left are
+  ``thread-oversubscription`` instead: their BLAS, OpenMP or OpenCV pools take turns on
+  the cores (PyTorch's own pool has one thread in a worker).
 * ``worker-start-up``: without persistent workers, starting them (the first batch's
   time beyond one batch's cost) is at least :data:`START_UP_SHARE` of an epoch.
 * ``memory-growth``: what an epoch will cost each worker. The growth must first be
@@ -33,6 +38,13 @@ the thresholds are module constants, stated here and in the README:
   per item (two 4 KiB pages). A worker's first allocations (decoders, buffers, lazily
   opened files) are left out of the growth: the timed batches start after two batches
   per worker.
+* ``main-thread-work``: the step's own CPU work in this process (its thread's CPU time per
+  batch, ``time.thread_time``) is at least :data:`MAIN_WORK_SHARE` of the loop's time per
+  batch (and :data:`MAIN_WORK_MIN_S`), while the accelerator idles at least that share:
+  its time per step comes from CUDA events where there are any, else from the step's time
+  off the CPU (a step that waits for its device, as ``loss.item()`` does). A step that is
+  CPU through and through (:data:`DEVICE_MIN_SHARE` of its time or less off the CPU, and
+  no device measured) is training on the CPU, not work that keeps an accelerator waiting.
 """
 
 from __future__ import annotations
@@ -45,7 +57,8 @@ from .runs import MemoryGrowth
 
 __all__ = [
     "CAUSES", "INPUT_BOUND_SHARE", "MODERATE_SHARE", "HAND_OVER_SHARE", "COMPUTING_SHARE", "IDLE_SHARE",
-    "OWN_CPU_SHARE", "START_UP_SHARE", "GROWTH_MB", "GROWTH_KB_PER_ITEM", "EPOCH_GROWTH_MB", "Evidence", "Finding",
+    "OWN_CPU_SHARE", "START_UP_SHARE", "GROWTH_MB", "GROWTH_KB_PER_ITEM", "EPOCH_GROWTH_MB", "THREADS_PER_WORKER", "MAIN_WORK_SHARE",
+    "MAIN_WORK_MIN_S", "DEVICE_MIN_SHARE", "Evidence", "Finding",
     "verdict_of", "find_causes", "ms", "pct",
 ]
 
@@ -54,9 +67,11 @@ CAUSES: dict[str, str] = {
     "main-process-loading": "0 workers while loading costs time: the main process loads each batch, then steps",
     "too-few-workers": "the workers are the bottleneck, and the waiting or the idle cores leave room for more",
     "cpu-saturated": "the workers compute and no core is left: more workers cannot help; make items cheaper",
+    "thread-oversubscription": "each worker runs a pool of threads (BLAS, OpenMP, OpenCV) on cores that are all busy",
     "hand-over": "the main process spends the time receiving batches (pickled numpy, float64, huge batches)",
     "worker-start-up": "the workers are started again every epoch and that costs a large part of it",
     "memory-growth": "the workers' private memory (USS) grows as they read: copy-on-write of Python objects",
+    "main-thread-work": "CPU work in the loop's own thread, beside the step's device work, keeps the accelerator waiting",
 }
 
 INPUT_BOUND_SHARE = 0.20
@@ -69,6 +84,10 @@ START_UP_SHARE = 0.10
 GROWTH_MB = 2.0
 GROWTH_KB_PER_ITEM = 8.0
 EPOCH_GROWTH_MB = 16.0
+THREADS_PER_WORKER = 1.5
+MAIN_WORK_SHARE = 0.25
+MAIN_WORK_MIN_S = 0.002
+DEVICE_MIN_SHARE = 0.20
 
 
 def ms(seconds: float) -> str:
@@ -104,6 +123,10 @@ class Evidence:
             1`` of them): how much its USS can move without anything being copied.
         dataset_items: the dataset's length (None: an iterable without one).
         memory_mb: the machine's memory, MB (None: unknown).
+        step_cpu_s: CPU seconds of this process's thread inside the step, per batch (NaN:
+            unknown, or a simulated accelerator, which uses none).
+        device_s: the accelerator's seconds per step from CUDA events (NaN: no events).
+        worker_threads: the threads a worker keeps busy, the workers' mean (NaN: unknown).
     """
 
     num_workers: int
@@ -125,6 +148,9 @@ class Evidence:
     in_flight_mb: float = 0.0
     dataset_items: int | None = None
     memory_mb: float | None = None
+    step_cpu_s: float = math.nan
+    device_s: float = math.nan
+    worker_threads: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as plain values (the diagnosis JSON's ``evidence``), for a replay."""
@@ -240,6 +266,17 @@ def _wait_cause(ev: Evidence) -> Finding:
     computing = math.isfinite(ev.worker_cpu_share) and ev.worker_cpu_share >= COMPUTING_SHARE
     no_core_left = (math.isfinite(ev.idle_share) and ev.idle_share < IDLE_SHARE) or (
         math.isfinite(ev.own_cpu_share) and ev.own_cpu_share >= OWN_CPU_SHARE)
+    threads = ev.worker_threads
+    if (computing and no_core_left and math.isfinite(threads) and threads >= THREADS_PER_WORKER
+            and ev.num_workers * threads > ev.cores):
+        return Finding("thread-oversubscription", f"Each of the {ev.num_workers} workers keeps {threads:.1f} threads "
+                       f"busy, about {ev.num_workers * threads:.0f} threads on {ev.cores} cores that are all busy "
+                       f"(this loop uses {pct(ev.own_cpu_share)} of them): a thread pool in each worker (numpy's "
+                       "BLAS, OpenMP, OpenCV) starts one thread per core, and the threads take turns and wait for "
+                       "each other. PyTorch keeps its own pool at one thread in a worker; these pools it leaves alone.",
+                       "Keep every pool at one thread in each worker: a worker_init_fn that calls "
+                       "threadpoolctl.threadpool_limits(1) (and cv2.setNumThreads(1) for OpenCV); OMP_NUM_THREADS "
+                       "and its kin come too late after fork, unless set before the program starts.")
     if computing and no_core_left:
         return Finding("cpu-saturated", f"Each of the {ev.num_workers} workers computes ({pct(ev.worker_cpu_share)} "
                        f"of its time on a CPU) and the cores are full: this loop uses {pct(ev.own_cpu_share)} of "
@@ -280,6 +317,31 @@ def _memory_finding(ev: Evidence) -> Finding | None:
         "(notebook 06). No loader setting fixes it.")
 
 
+def _main_work_finding(ev: Evidence) -> Finding | None:
+    """``main-thread-work`` where the step's own CPU keeps the accelerator idle (the
+    module's docstring), else None."""
+    host, pace = ev.step_cpu_s, ev.s_per_batch
+    if not (math.isfinite(host) and math.isfinite(pace) and pace > 0):
+        return None
+    if host < MAIN_WORK_MIN_S or host < MAIN_WORK_SHARE * pace:
+        return None
+    measured = math.isfinite(ev.device_s)
+    device = ev.device_s if measured else max(ev.step_s - host, 0.0)
+    if not measured and device <= DEVICE_MIN_SHARE * ev.step_s:
+        return None  # the step is all CPU: training on the CPU, no accelerator kept waiting
+    idle = 1 - min(device / pace, 1.0)
+    if idle < MAIN_WORK_SHARE:
+        return None
+    where = "its CUDA events" if measured else "the step's time off the CPU"
+    return Finding(
+        "main-thread-work", f"The step spends {ms(host)} of CPU per batch in this process, {pct(host / pace)} of the "
+        f"loop's {ms(pace)} per batch, beside {ms(device)} of the accelerator's own work ({where}): the "
+        f"accelerator idles {pct(idle)} of the loop while the main thread works, whatever the loader does.",
+        "Move per-batch CPU work (tokenising, packing, augmenting, converting to tensors) out of the step into the "
+        "dataset's __getitem__ or the collate_fn, where the workers do it ahead of the step, or onto the "
+        "accelerator. No loader setting fixes it.")
+
+
 def _mb(mb: float) -> str:
     return f"{mb / 1024:.1f} GB" if mb >= 1024 else f"{mb:.0f} MB"
 
@@ -304,8 +366,8 @@ def find_causes(ev: Evidence) -> list[Finding]:
                 f"start of every epoch, {pct(share)} of an epoch of {ev.batches_per_epoch} batches "
                 f"({epoch:.2f} s): without persistent_workers they are started again each time.",
                 "Set persistent_workers=True: the workers are started once and kept for every epoch."))
-    finding = _memory_finding(ev)
-    if finding is not None:
-        findings.append(finding)
+    for finding in (_memory_finding(ev), _main_work_finding(ev)):
+        if finding is not None:
+            findings.append(finding)
     order = list(CAUSES)
     return sorted(findings, key=lambda f: order.index(f.cause))

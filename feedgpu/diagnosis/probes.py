@@ -294,7 +294,7 @@ def worker_threads(loader: DataLoader) -> int:
         return 1
 
 
-def probe_items(loader: DataLoader, deadline: float, batches: int = 3) -> ItemCost:
+def probe_items(loader: DataLoader, deadline: float, batches: int = 3, threads: int | None = None) -> ItemCost:
     """Time the items of ``batches`` batches and their collate, in this process.
 
     The figures are what a worker spends: with workers, PyTorch runs meanwhile on the
@@ -307,7 +307,8 @@ def probe_items(loader: DataLoader, deadline: float, batches: int = 3) -> ItemCo
     fewer items than a batch, the collate is timed on what there is, a batch's size of
     them repeated; that is also the batch for the hand-over probes.
     """
-    threads = worker_threads(loader) if loader.num_workers > 0 else 1
+    if threads is None:
+        threads = worker_threads(loader) if loader.num_workers > 0 else 1
     with torch_threads(threads):
         return _probe_items(loader, deadline, batches, threads)
 

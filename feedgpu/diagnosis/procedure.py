@@ -30,6 +30,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset
@@ -45,6 +46,7 @@ from .probes import (HandOverCost, ItemCost, Reading, crosses_pickled, disagreem
                      probe_hand_over, probe_items, probe_pinning)
 from .report import Diagnosis
 from .runs import Run, measure_run
+from .threads import OneThreadPerPool, can_limit_pools, one_thread_pools
 from .whatif import Costs, epoch_speedup, max_workers, predicted_tries
 
 __all__ = ["PHASES", "MAX_TIMED", "diagnose"]
@@ -234,7 +236,9 @@ class _Diagnosis:
                 workers_cpu_per_s=b.cpu.get("workers_per_s", math.nan),
                 idle_share=b.cpu.get("idle_share", math.nan), memory=b.memory, pickled=self.pickled,
                 in_flight_mb=in_flight_mb(self.loader, self.items.batch), dataset_items=_length(self.loader.dataset),
-                memory_mb=total_memory_mb())
+                memory_mb=total_memory_mb(), step_cpu_s=step_s * b.cpu.get("step_cpu_share", math.nan),
+                device_s=b.gpu_busy_s / b.timing.n_batches[0] if b.gpu_busy_s else math.nan,
+                worker_threads=b.cpu.get("worker_threads", math.nan))
         # no batch could be timed within the budget: judge from the item probe and the model
         self.notes.append("the baseline could not be timed within the budget: its figures are the model's "
                           "estimate from the item probe (raise max_seconds for a measurement)")
@@ -283,6 +287,17 @@ class _Diagnosis:
             self.fixed_costs = self.costs.with_hand_over(self.items.fetch_s + collate_s,
                                                          self.items.fetch_cpu_s + collate_cpu, fixed.send_s,
                                                          fixed.receive_s + restore_s)
+        self.thread_costs: Costs | None = None
+        if "thread-oversubscription" in causes and can_limit_pools():
+            # the items as a worker with one thread per pool would fetch them
+            deadline = time.perf_counter() + max(min(2.0, self.budget.end - time.perf_counter()) / 4, 0.2)
+            with one_thread_pools():
+                items = probe_items(self.loader, deadline, batches=2, threads=1)
+            # the hand-over timed with the course's instrument: the loop's own estimate of the
+            # sending (the workers' CPU beyond building the batch) holds the threads' waiting too
+            timed = probe_hand_over(batch, self.context) if self.workers else self.handover
+            self.thread_costs = replace(self.costs, load_s=items.load_s, cpu_share=items.cpu_share,
+                                        send_s=timed.send_s, receive_s=timed.receive_s)
         self.budget.done()
 
     def model_step(self, ev: Evidence) -> tuple[float, float, float]:
@@ -317,7 +332,8 @@ class _Diagnosis:
         causes = {f.cause for f in findings}
         tries = predicted_tries(self.costs, self.workers, self.cores, causes, fixed_costs=self.fixed_costs,
                                 startup_s=ev.startup_s, one_batch_s=ev.one_batch_s,
-                                batches_per_epoch=ev.batches_per_epoch, s_per_batch=ev.s_per_batch)
+                                batches_per_epoch=ev.batches_per_epoch, s_per_batch=ev.s_per_batch,
+                                thread_costs=self.thread_costs)
         kept = []
         for t in tries:
             if t["setting"] == "num_workers":
@@ -333,6 +349,9 @@ class _Diagnosis:
                 t.update(value=repr(self.collate), changes={"collate_fn": self.collate}, restore=restore)
             elif t["setting"] == "persistent_workers":
                 t.update(changes={"persistent_workers": True}, repeats=2)
+            elif t["setting"] == "worker_init_fn":
+                wrapper = OneThreadPerPool(self.loader.worker_init_fn)
+                t.update(value=repr(wrapper), changes={"worker_init_fn": wrapper})
             kept.append(t)
         if causes & {"main-process-loading", "too-few-workers"} and not any(
                 t["setting"] == "num_workers" for t in tries):
@@ -362,6 +381,8 @@ class _Diagnosis:
         changes = chosen["changes"]
         if chosen["setting"] == "collate_fn":
             estimate = self.fixed_costs.s_per_batch(self.workers)
+        elif chosen["setting"] == "worker_init_fn":
+            estimate = self.thread_costs.s_per_batch(self.workers)
         else:
             estimate = self.costs.s_per_batch(changes.get("num_workers", self.workers))
         run = self.run(label, estimate, self.budget.end, repeats=repeats, restore=chosen.get("restore"), **changes)
@@ -416,6 +437,7 @@ class _Diagnosis:
                 self.notes.append(note)
         top = max_workers(self.cores)
         model = {"costs": self.costs.to_dict(), "fixed_costs": self.fixed_costs.to_dict() if self.fixed_costs else None,
+                 "thread_costs": self.thread_costs.to_dict() if self.thread_costs else None,
                  "probes": {k: (r.to_dict() if r is not None else None) for k, r in probes.items()},
                  "usable_cores": self.cores, "max_workers": top, "sharing": self.sharing_source}
         return Diagnosis(

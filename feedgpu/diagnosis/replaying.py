@@ -186,6 +186,7 @@ def replay(source: str | os.PathLike[str] | dict[str, Any], *, step_s: float | N
         costs = Costs.from_dict(model["costs"])
         ev = Evidence.from_dict(data["evidence"])
         fixed = Costs.from_dict(model["fixed_costs"]) if model.get("fixed_costs") else None
+        threads = Costs.from_dict(model["thread_costs"]) if model.get("thread_costs") else None
     else:
         from ..measure.machine import usable_cores
 
@@ -200,7 +201,7 @@ def replay(source: str | os.PathLike[str] | dict[str, Any], *, step_s: float | N
                 notes.append(f"this diagnosis did not keep its machine's cores: {kept} (this machine's) are assumed")
         costs = _recorded_costs(data, float(kept), notes)
         ev = _recorded_evidence(data, costs, float(kept))
-        fixed = None
+        fixed = threads = None
         notes.append("written before the model's inputs were kept: its costs come from the breakdown and the "
                      "baseline run; a collate fix, if it had one, is not replayed")
     if step_s is not None or cores is not None:
@@ -211,6 +212,7 @@ def replay(source: str | os.PathLike[str] | dict[str, Any], *, step_s: float | N
             changes["cores"] = float(cores)
         costs = replace(costs, **changes)
         fixed = replace(fixed, **changes) if fixed is not None else None
+        threads = replace(threads, **changes) if threads is not None else None
         ev = _modelled(ev, costs, cores)
         said = " and ".join(x for x in (f"a step of {step_s * 1e3:.3g} ms" if step_s is not None else "",
                                         f"{cores:g} cores" if cores is not None else "") if x)
@@ -219,7 +221,7 @@ def replay(source: str | os.PathLike[str] | dict[str, Any], *, step_s: float | N
     causes = {f.cause for f in findings}
     tries = predicted_tries(costs, ev.num_workers, ev.cores, causes, fixed_costs=fixed, startup_s=ev.startup_s,
                             one_batch_s=ev.one_batch_s, batches_per_epoch=ev.batches_per_epoch,
-                            s_per_batch=ev.s_per_batch)
+                            s_per_batch=ev.s_per_batch, thread_costs=threads)
     try_first = None
     if tries:
         try_first = {**tries[0], "measured_speedup": None, "note": "not measured (a replay)"}
@@ -240,6 +242,7 @@ def replay(source: str | os.PathLike[str] | dict[str, Any], *, step_s: float | N
         notes=notes + list(data.get("notes") or []),
         gpu_busy_share=None if step_s is not None or cores is not None else data.get("gpu_busy_share"),
         source="replay", model={**model, "costs": costs.to_dict(), "fixed_costs": fixed.to_dict() if fixed else None,
+                                            "thread_costs": threads.to_dict() if threads else None,
                                 "max_workers": top},
         evidence=ev.to_dict(), model_s_per_batch=costs.by_workers(top),
         modelled=step_s is not None or cores is not None)

@@ -147,9 +147,10 @@ class Diagnosis:
     # ------------------------------------------------------------------ words
     def headline(self) -> str:
         """The verdict in one sentence."""
+        busy = (f"and the step takes {pct(self.busy_share)} of it, its CPU work included"
+                if "main-thread-work" in self.causes else f"and the accelerator is busy {pct(self.busy_share)} of it")
         return (f"{self.verdict}: the loop waits for data {pct(self.data_wait_share)} of its time "
-                f"({band_of(self.data_wait_share)}; input-bound from {pct(INPUT_BOUND_SHARE)}), "
-                f"and the accelerator is busy {pct(self.busy_share)} of it.")
+                f"({band_of(self.data_wait_share)}; input-bound from {pct(INPUT_BOUND_SHARE)}), {busy}.")
 
     def try_sentence(self) -> str | None:
         """The setting to try first, with the model's prediction and the measurement."""

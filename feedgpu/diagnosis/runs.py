@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader
 
 from ..measure.memory import MemoryProbe, available_kinds, process_roles, summarize, worker_growth_mb
 from ..measure.timing import LoaderTiming, shutdown_workers, time_loader
+from .threads import busy_threads, thread_cpu_s
 from .cloning import sampled_loader
 
 __all__ = ["Snapshot", "MemoryGrowth", "Run", "Bounded", "measure_run", "quiet_loader_warnings"]
@@ -67,17 +68,20 @@ def _cpu_s(pids: list[int]) -> float:
 
 @dataclass
 class Snapshot:
-    """CPU counters at one moment: wall clock, this process, the workers, the machine's idle."""
+    """CPU counters at one moment: wall clock, this process, the workers (and each of their
+    threads, :func:`~feedgpu.diagnosis.threads.thread_cpu_s`), the machine's idle."""
 
     wall_s: float
     main_cpu_s: float
     workers_cpu_s: float
     idle_s: float
     workers: list[int]
+    threads: dict[int, dict[int, float]] = field(default_factory=dict)
 
     @classmethod
     def take(cls, workers: list[int]) -> Snapshot:
-        return cls(time.perf_counter(), _cpu_s([os.getpid()]), _cpu_s(workers), psutil.cpu_times().idle, workers)
+        return cls(time.perf_counter(), _cpu_s([os.getpid()]), _cpu_s(workers), psutil.cpu_times().idle, workers,
+                   {pid: thread_cpu_s(pid) for pid in workers})
 
 
 @dataclass
@@ -217,10 +221,12 @@ class Run:
         num_workers: the run's worker count.
         timing: what the harness measured (None when the run could not be measured).
         reason: why not measured, or None.
-        cpu: ``{"main_next_s", "main_per_s", "workers_per_s", "idle_share"}``: the main
-            thread's CPU inside ``next()`` per timed batch, this process's and the workers'
-            CPU seconds per second of the timed batches (all threads, all workers), and the
-            machine's idle share of its cores then. Empty when not measured.
+        cpu: ``{"main_next_s", "main_per_s", "workers_per_s", "idle_share", "worker_threads"}``:
+            the main thread's CPU inside ``next()`` per timed batch, this process's and the
+            workers' CPU seconds per second of the timed batches (all threads, all workers),
+            the machine's idle share of its cores then, and the busy threads of a worker
+            (:func:`~feedgpu.diagnosis.threads.busy_threads`, the workers' mean; NaN where
+            they cannot be read). Empty when not measured.
         memory: each worker's USS growth over the timed batches (first pass), when asked.
         busy_s: seconds the step kept the (simulated or real) accelerator busy, timed batches.
         gpu_busy_s: CUDA device seconds between the events around the timed steps, or None.
@@ -274,7 +280,9 @@ class Run:
 
 def _cpu_rates(start: Snapshot, end: Snapshot, next_cpu: list[float], cores: int) -> dict[str, float]:
     wall = max(end.wall_s - start.wall_s, 1e-9)
+    threads = [busy_threads(start.threads.get(pid, {}), after, wall) for pid, after in end.threads.items() if after]
     return {
+        "worker_threads": sum(threads) / len(threads) if threads else math.nan,
         "main_next_s": sum(next_cpu) / len(next_cpu) if next_cpu else math.nan,
         "main_per_s": (end.main_cpu_s - start.main_cpu_s) / wall,
         "workers_per_s": (end.workers_cpu_s - start.workers_cpu_s) / wall,

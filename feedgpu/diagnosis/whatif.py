@@ -37,7 +37,12 @@ One setting per cause that a loader setting fixes:
   that arrays cross as tensors in shared memory
   (:class:`~feedgpu.diagnosis.collate.SharedTensorCollate`);
 * ``worker-start-up``: ``persistent_workers=True``; the epoch then starts with one
-  batch's load time instead of the measured start-up.
+  batch's load time instead of the measured start-up;
+* ``thread-oversubscription``: ``worker_init_fn``, the loader's own wrapped so that every
+  thread pool of a worker keeps one thread
+  (:class:`~feedgpu.diagnosis.threads.OneThreadPerPool`). The prediction is the measured
+  pace over the model's with the items timed on one thread per pool (``thread_costs``):
+  the oversubscribed pace is measured, what the items cost without it is timed.
 
 ``cpu-saturated``, ``memory-growth`` and a hand-over the collate does not cause are fixed
 outside the loader's settings: the diagnosis says what to change, and tries nothing.
@@ -214,7 +219,8 @@ def epoch_speedup(startup_s: float, new_startup_s: float, batches: int, s_per_ba
 
 def predicted_tries(costs: Costs, num_workers: int, cores: float, causes: set[str], *,
                     fixed_costs: Costs | None = None, startup_s: float = math.nan, one_batch_s: float = math.nan,
-                    batches_per_epoch: int | None = None, s_per_batch: float = math.nan) -> list[dict[str, Any]]:
+                    batches_per_epoch: int | None = None, s_per_batch: float = math.nan,
+                    thread_costs: Costs | None = None) -> list[dict[str, Any]]:
     """The settings worth trying for ``causes``, each with the model's predicted speed-up, best first.
 
     One dict per setting: ``{"setting", "value", "why", "predicted_speedup"}`` (the
@@ -226,7 +232,8 @@ def predicted_tries(costs: Costs, num_workers: int, cores: float, causes: set[st
         causes: the ids found.
         fixed_costs: the costs with the shared-tensor collate, where it was probed.
         startup_s, one_batch_s, batches_per_epoch, s_per_batch: the epoch's figures, for
-            ``persistent_workers``.
+            ``persistent_workers``; ``s_per_batch``, the measured pace, also for ``worker_init_fn``.
+        thread_costs: the costs with the items timed on one thread per pool, where they were.
     """
     now = costs.s_per_batch(num_workers)
     tries: list[dict[str, Any]] = []
@@ -239,6 +246,10 @@ def predicted_tries(costs: Costs, num_workers: int, cores: float, causes: set[st
         tries.append({"setting": "collate_fn", "value": None,
                       "why": "the same collate, its numpy arrays carried as tensors in shared memory",
                       "predicted_speedup": now / fixed_costs.s_per_batch(num_workers)})
+    if "thread-oversubscription" in causes and thread_costs is not None and math.isfinite(s_per_batch):
+        tries.append({"setting": "worker_init_fn", "value": None,
+                      "why": "the loader's own, then every thread pool of the worker at one thread (threadpoolctl)",
+                      "predicted_speedup": s_per_batch / thread_costs.s_per_batch(num_workers)})
     if "worker-start-up" in causes and batches_per_epoch:
         tries.append({"setting": "persistent_workers", "value": True,
                       "why": "the workers started once, an epoch then starts with one batch's load",

@@ -11,6 +11,8 @@ item, from :mod:`~feedgpu.workloads.cost`), built so that exactly one of the cau
     print(diagnose(case.factory(), step_s=case.step_s))
 
 or, from a shell, ``feedgpu-diagnose feedgpu.workloads.planted:too_few_workers --step-ms 20``.
+A case whose cause is in the step itself comes with its step (``case.step()``, a callable
+to pass as ``step=`` instead of ``step_s``).
 
 The costs are tens of milliseconds per batch, so that what the diagnosis measures stays a
 clear ratio of them on a busy 2-core laptop. Everything a worker needs (the datasets,
@@ -29,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..checks import check_int, check_seconds
 from ..measure.machine import usable_cores
 from .arrays import SleepArrayDataset, collate_list
-from .cost import SleepDataset, SpinDataset
+from .cost import MatmulDataset, SleepDataset, SpinDataset, spin_cpu
 from .records import _position, make_python_records
 
 __all__ = [
@@ -43,6 +45,9 @@ __all__ = [
     "hand_over",
     "worker_start_up",
     "memory_growth",
+    "thread_oversubscription",
+    "HostWorkStep",
+    "main_thread_work",
     "Planted",
     "PLANTED",
 ]
@@ -144,14 +149,52 @@ def memory_growth() -> DataLoader:
     return DataLoader(RecordRowsDataset(400, 4096, 0.005), batch_size=4, num_workers=2, persistent_workers=True)
 
 
+def thread_oversubscription() -> DataLoader:
+    """One persistent worker per usable core (at least 2) over items of numpy matrix
+    products (:class:`~feedgpu.workloads.cost.MatmulDataset`, about 3 ms of one core each),
+    batches of 4: numpy's BLAS keeps its default pool, one thread per core, in every worker,
+    so the workers run cores x cores threads on the cores."""
+    return DataLoader(MatmulDataset(4096, 192, 3), batch_size=4, num_workers=max(2, usable_cores()),
+                      persistent_workers=True)
+
+
+class HostWorkStep:
+    """A training step that first works ``cpu_s`` on this thread's CPU (tokenising, packing,
+    augmenting in the loop), then waits ``device_s`` for its accelerator (a sleep, as
+    ``loss.item()`` holds the host): the accelerator idles while the CPU part runs."""
+
+    def __init__(self, cpu_s: float = 0.015, device_s: float = 0.010) -> None:
+        self.cpu_s = check_seconds("cpu_s", cpu_s)
+        self.device_s = check_seconds("device_s", device_s)
+
+    def __call__(self, batch: Any) -> None:
+        spin_cpu(self.cpu_s)
+        time.sleep(self.device_s)
+
+    def __repr__(self) -> str:
+        return f"HostWorkStep(cpu_s={self.cpu_s}, device_s={self.device_s})"
+
+
+def main_thread_work() -> DataLoader:
+    """2 persistent workers over 2 ms items, batches of 8 (a batch every 8 ms, loading is
+    no bottleneck), for :class:`HostWorkStep`'s 15 ms of CPU before a 10 ms device wait."""
+    return DataLoader(SleepDataset(4096, 0.002), batch_size=8, num_workers=2, persistent_workers=True)
+
+
 class Planted(NamedTuple):
-    """One planted case: its loader's factory, the simulated step to diagnose it with,
-    and what the diagnosis should find."""
+    """One planted case: its loader's factory, the simulated step to diagnose it with (or,
+    where the cause is in the step, ``step``: a factory of the step to pass instead), and
+    what the diagnosis should find."""
 
     factory: Callable[[], DataLoader]
     step_s: float
     cause: str | None  # the id of the cause planted (None: healthy)
     setting: str | None  # the setting the diagnosis should try first (None: nothing to try)
+    step: Callable[[], Callable[[Any], Any]] | None = None
+
+    def diagnose_kwargs(self) -> dict[str, Any]:
+        """``step=`` or ``step_s=`` for :func:`feedgpu.diagnose`."""
+        return {"step": self.step()} if self.step is not None else {"step_s": self.step_s}
 
 
 #: Every planted case by the id of its cause (``"healthy"`` for none).
@@ -163,4 +206,6 @@ PLANTED: dict[str, Planted] = {
     "hand-over": Planted(hand_over, 0.010, "hand-over", "collate_fn"),
     "worker-start-up": Planted(worker_start_up, 0.020, "worker-start-up", "persistent_workers"),
     "memory-growth": Planted(memory_growth, 0.020, "memory-growth", None),
+    "thread-oversubscription": Planted(thread_oversubscription, 0.010, "thread-oversubscription", "worker_init_fn"),
+    "main-thread-work": Planted(main_thread_work, 0.025, "main-thread-work", None, HostWorkStep),
 }
