@@ -32,6 +32,7 @@ from feedgpu.diagnosis.cloning import sampled_loader
 from feedgpu.diagnosis.collate import SharedTensorCollate, restore
 from feedgpu.diagnosis.runs import MemoryGrowth
 from feedgpu.diagnosis.threads import OneThreadPerPool, busy_threads, can_limit_pools
+from feedgpu.diagnosis.whatif import Costs
 from feedgpu.measure.memory import process_roles
 from feedgpu.workloads import SleepDataset
 from feedgpu.workloads.arrays import collate_list, make_records
@@ -271,6 +272,21 @@ def test_thread_oversubscription_is_busy_threads_on_full_cores():
         "idle cores leave room: the threads do not take turns")
     assert causes(**full, worker_threads=2.0, num_workers=1, cores=4) == ["cpu-saturated"], (
         "2 threads on 4 cores are not more threads than cores")
+
+
+def test_storage_bound_is_workers_reading_no_more_than_one_process():
+    """Two workers that read 30 MB/s together where one process alone reads 30: a channel
+    at its limit. Twice that is two independent readers (too few of them); one worker, or
+    items that read next to nothing, cannot tell."""
+    reads = dict(item_read_bytes=256 * 1024, item_read_per_s=30e6)
+    assert causes(**reads, read_per_s=30e6) == ["storage-bound"]
+    assert causes(**reads, read_per_s=58e6) == ["too-few-workers"], "2 readers, twice the rate: no shared limit"
+    assert causes(**reads, read_per_s=30e6, num_workers=1) == ["too-few-workers"], "one reader shows no queue"
+    assert causes(item_read_bytes=100, item_read_per_s=1e5, read_per_s=1e5) == ["too-few-workers"], (
+        "100 bytes an item: the items do not wait on reads")
+    assert causes(**reads) == ["too-few-workers"], "reads not counted (macOS): the old verdict"
+    cap = Costs(0.066, 0.02, 0.0005, 0.001, 0.05, 2, storage_s=0.066)
+    assert cap.s_per_batch(8) == pytest.approx(0.066) and "storage sets the pace" in cap.explain(8)
 
 
 def test_busy_threads_count_what_ran_a_tenth_of_the_span():

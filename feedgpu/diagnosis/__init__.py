@@ -38,6 +38,8 @@ alone (0 workers over items that cost nothing is healthy):
 * ``too-few-workers``: the workers are the bottleneck, and the waiting or the idle cores
   leave room for more;
 * ``cpu-saturated``: the workers compute and no core is left: make items cheaper;
+* ``storage-bound``: the workers read through one storage channel at its limit: read
+  less or from faster storage;
 * ``thread-oversubscription``: each worker keeps a pool of threads busy (BLAS, OpenMP,
   OpenCV) on full cores: one thread per pool in each worker;
 * ``hand-over``: the main process spends the time receiving batches (pickled numpy,

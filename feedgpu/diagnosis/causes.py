@@ -21,7 +21,13 @@ the thresholds are module constants, stated here and in the README:
   :data:`THREADS_PER_WORKER` on average: each thread ran a tenth of the timed span,
   :mod:`.threads`), more threads in all than the cores, and no core left are
   ``thread-oversubscription`` instead: their BLAS, OpenMP or OpenCV pools take turns on
-  the cores (PyTorch's own pool has one thread in a worker).
+  the cores (PyTorch's own pool has one thread in a worker). Workers whose items read
+  (at least :data:`READ_MIN_BYTES` per item, counted by the kernel, :mod:`.storage`) and
+  that together read less than :data:`STORAGE_SHARE` of what as many processes would read
+  alone (one process's rate, timed in the item probe, times the workers) are
+  ``storage-bound`` instead of ``too-few-workers``: they queue on one storage channel at
+  its limit (a network file system, a cold cache, a throttled disk), and more workers
+  would queue too. One worker cannot show it: its rate is one process's either way.
 * ``worker-start-up``: without persistent workers, starting them (the first batch's
   time beyond one batch's cost) is at least :data:`START_UP_SHARE` of an epoch.
 * ``memory-growth``: what an epoch will cost each worker. The growth must first be
@@ -57,7 +63,7 @@ from .runs import MemoryGrowth
 
 __all__ = [
     "CAUSES", "INPUT_BOUND_SHARE", "MODERATE_SHARE", "HAND_OVER_SHARE", "COMPUTING_SHARE", "IDLE_SHARE",
-    "OWN_CPU_SHARE", "START_UP_SHARE", "GROWTH_MB", "GROWTH_KB_PER_ITEM", "EPOCH_GROWTH_MB", "THREADS_PER_WORKER", "MAIN_WORK_SHARE",
+    "OWN_CPU_SHARE", "START_UP_SHARE", "GROWTH_MB", "GROWTH_KB_PER_ITEM", "EPOCH_GROWTH_MB", "THREADS_PER_WORKER", "STORAGE_SHARE", "READ_MIN_BYTES", "MAIN_WORK_SHARE",
     "MAIN_WORK_MIN_S", "DEVICE_MIN_SHARE", "Evidence", "Finding",
     "verdict_of", "find_causes", "ms", "pct",
 ]
@@ -68,6 +74,7 @@ CAUSES: dict[str, str] = {
     "too-few-workers": "the workers are the bottleneck, and the waiting or the idle cores leave room for more",
     "cpu-saturated": "the workers compute and no core is left: more workers cannot help; make items cheaper",
     "thread-oversubscription": "each worker runs a pool of threads (BLAS, OpenMP, OpenCV) on cores that are all busy",
+    "storage-bound": "the workers read through a storage channel at its limit: more workers would only queue on it",
     "hand-over": "the main process spends the time receiving batches (pickled numpy, float64, huge batches)",
     "worker-start-up": "the workers are started again every epoch and that costs a large part of it",
     "memory-growth": "the workers' private memory (USS) grows as they read: copy-on-write of Python objects",
@@ -85,6 +92,8 @@ GROWTH_MB = 2.0
 GROWTH_KB_PER_ITEM = 8.0
 EPOCH_GROWTH_MB = 16.0
 THREADS_PER_WORKER = 1.5
+STORAGE_SHARE = 0.6
+READ_MIN_BYTES = 4096
 MAIN_WORK_SHARE = 0.25
 MAIN_WORK_MIN_S = 0.002
 DEVICE_MIN_SHARE = 0.20
@@ -127,6 +136,9 @@ class Evidence:
             unknown, or a simulated accelerator, which uses none).
         device_s: the accelerator's seconds per step from CUDA events (NaN: no events).
         worker_threads: the threads a worker keeps busy, the workers' mean (NaN: unknown).
+        read_per_s: bytes the workers read per second together over the timed batches (NaN: unknown).
+        item_read_bytes, item_read_per_s: bytes one item reads, and the bytes per second one
+            process reads fetching items alone, from the item probe (NaN: unknown).
     """
 
     num_workers: int
@@ -151,6 +163,18 @@ class Evidence:
     step_cpu_s: float = math.nan
     device_s: float = math.nan
     worker_threads: float = math.nan
+    read_per_s: float = math.nan
+    item_read_bytes: float = math.nan
+    item_read_per_s: float = math.nan
+
+    @property
+    def storage_limited(self) -> bool:
+        """The workers read together less than :data:`STORAGE_SHARE` of what as many
+        processes read alone (see the module's docstring)."""
+        rates = (self.read_per_s, self.item_read_bytes, self.item_read_per_s)
+        return (self.num_workers >= 2 and all(math.isfinite(x) for x in rates)
+                and self.item_read_bytes >= READ_MIN_BYTES
+                and self.read_per_s < STORAGE_SHARE * self.num_workers * self.item_read_per_s)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as plain values (the diagnosis JSON's ``evidence``), for a replay."""
@@ -285,6 +309,15 @@ def _wait_cause(ev: Evidence) -> Finding:
                        "Make each item cheaper: decode with torchvision.io.decode_jpeg, store images at the size you "
                        "train on, move augmentation to the accelerator, cache decoded items; or use a machine with "
                        "more cores. No loader setting fixes it.")
+    if not computing and ev.storage_limited:
+        return Finding("storage-bound", f"The {ev.num_workers} workers read {_rate(ev.read_per_s)} together, "
+                       f"{ev.read_per_s / ev.item_read_per_s:.1f} times what one process reads alone "
+                       f"({_rate(ev.item_read_per_s)}, {_mb(ev.item_read_bytes / 2**20)} an item), where "
+                       f"{ev.num_workers} independent readers would read {ev.num_workers} times as much: they queue on "
+                       f"one storage channel at its limit, and the loop waits {ms(ev.wait_s)} per batch for it.",
+                       "More workers would queue too. Read less or from faster storage: copy the data to a local "
+                       "disk or into memory first, cache what you read, store smaller items (images at the size "
+                       "you train on), or read large shards sequentially instead of many small files.")
     room = (f"the items wait ({pct(ev.worker_cpu_share)} of a worker's time is CPU)" if not computing
             else f"{pct(ev.idle_share)} of the cores' time was idle")
     return Finding("too-few-workers", f"The {ev.num_workers} {'worker' if ev.num_workers == 1 else 'workers'} cannot keep up: the loop waits "
@@ -343,7 +376,13 @@ def _main_work_finding(ev: Evidence) -> Finding | None:
 
 
 def _mb(mb: float) -> str:
+    if mb < 1:
+        return f"{mb * 1024:.0f} KB"
     return f"{mb / 1024:.1f} GB" if mb >= 1024 else f"{mb:.0f} MB"
+
+
+def _rate(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 2**20:.3g} MB/s"
 
 
 def find_causes(ev: Evidence) -> list[Finding]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import os
 import statistics
 import time
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from ..measure.transfer import payload_bytes, shared_memory_write_s, transfer_time_per_batch
 from .cloning import sample_indices
 from .collate import numpy_bytes
+from .storage import read_chars
 
 __all__ = ["MATTERS", "DISAGREE", "ItemCost", "HandOverCost", "Reading", "disagreement_note", "one_thread",
            "torch_threads", "worker_threads", "probe_items", "probe_hand_over", "probe_pinning", "tensor_bytes",
@@ -128,6 +130,8 @@ class ItemCost:
             times ``batch_size``, plus ``collate_s``), in the order fetched; one reading when
             fewer than two batches' worth were timed.
         threads: the torch threads the items ran with.
+        read_bytes: bytes this process read per item meanwhile (``rchar``,
+            :func:`~feedgpu.diagnosis.storage.read_chars`; NaN where it cannot be read).
     """
 
     items: int
@@ -140,6 +144,12 @@ class ItemCost:
     chunk: list[Any]
     load_readings_s: list[float] = field(default_factory=list)
     threads: int = 1
+    read_bytes: float = math.nan
+
+    @property
+    def read_per_s(self) -> float:
+        """Bytes per second one process reads while it fetches items alone (NaN: unknown)."""
+        return self.read_bytes / self.item_s if self.item_s > 0 else math.nan
 
     @property
     def fetch_s(self) -> float:
@@ -321,7 +331,10 @@ def _probe_items(loader: DataLoader, deadline: float, batches: int, threads: int
         batch_size = max(1, len(next(iter(loader.batch_sampler))))
     else:  # no automatic batching: each item is a batch
         batch_size = 1
+    before = read_chars(os.getpid())
     items, walls, cpus, skipped = _items(loader, deadline, batches * batch_size)
+    after = read_chars(os.getpid())
+    read = (after - before) / len(items) if before is not None and after is not None else math.nan
     if batching:
         chunk = items[:batch_size]
         full = (chunk * math.ceil(batch_size / len(chunk)))[:batch_size]
@@ -332,7 +345,7 @@ def _probe_items(loader: DataLoader, deadline: float, batches: int, threads: int
         batch, collate_s, collate_cpu = _timed(lambda: loader.collate_fn(full))
     timed = len(walls)
     cost = ItemCost(timed, sum(walls) / timed, sum(cpus) / timed, collate_s, collate_cpu, batch_size, batch, full,
-                    _load_readings(walls, skipped, batch_size, collate_s), threads)
+                    _load_readings(walls, skipped, batch_size, collate_s), threads, read)
     logger.debug("items: %.5f s each (CPU share %.2f), collate %.5f s, on %d threads; loads %s", cost.item_s,
                  cost.cpu_share, collate_s, threads, cost.load_readings_s)
     return cost

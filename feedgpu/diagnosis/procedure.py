@@ -238,7 +238,9 @@ class _Diagnosis:
                 in_flight_mb=in_flight_mb(self.loader, self.items.batch), dataset_items=_length(self.loader.dataset),
                 memory_mb=total_memory_mb(), step_cpu_s=step_s * b.cpu.get("step_cpu_share", math.nan),
                 device_s=b.gpu_busy_s / b.timing.n_batches[0] if b.gpu_busy_s else math.nan,
-                worker_threads=b.cpu.get("worker_threads", math.nan))
+                worker_threads=b.cpu.get("worker_threads", math.nan),
+                read_per_s=b.cpu.get("workers_read_per_s", math.nan), item_read_bytes=self.items.read_bytes,
+                item_read_per_s=self.items.read_per_s)
         # no batch could be timed within the budget: judge from the item probe and the model
         self.notes.append("the baseline could not be timed within the budget: its figures are the model's "
                           "estimate from the item probe (raise max_seconds for a measurement)")
@@ -275,6 +277,8 @@ class _Diagnosis:
                            self.items.cpu_share, ev.available_cores, step_cpu,
                            pin_s=one.median_s if one is not None else 0.0,
                            pin_main_s=main.median_s if main is not None else None, sharing=sharing)
+        if "storage-bound" in causes:  # the rate the workers reached together is the storage's
+            self.costs = replace(self.costs, storage_s=ev.item_read_bytes * self.items.batch_size / ev.read_per_s)
         self.fixed_costs: Costs | None = None
         if "hand-over" in causes and self.pickled and payload_bytes(batch) > 0:
             self.collate = SharedTensorCollate(self.loader.collate_fn)

@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader
 
 from ..measure.memory import MemoryProbe, available_kinds, process_roles, summarize, worker_growth_mb
 from ..measure.timing import LoaderTiming, shutdown_workers, time_loader
+from .storage import read_chars
 from .threads import busy_threads, thread_cpu_s
 from .cloning import sampled_loader
 
@@ -77,11 +78,12 @@ class Snapshot:
     idle_s: float
     workers: list[int]
     threads: dict[int, dict[int, float]] = field(default_factory=dict)
+    reads: dict[int, int | None] = field(default_factory=dict)
 
     @classmethod
     def take(cls, workers: list[int]) -> Snapshot:
         return cls(time.perf_counter(), _cpu_s([os.getpid()]), _cpu_s(workers), psutil.cpu_times().idle, workers,
-                   {pid: thread_cpu_s(pid) for pid in workers})
+                   {pid: thread_cpu_s(pid) for pid in workers}, {pid: read_chars(pid) for pid in workers})
 
 
 @dataclass
@@ -224,7 +226,8 @@ class Run:
         cpu: ``{"main_next_s", "main_per_s", "workers_per_s", "idle_share", "worker_threads"}``:
             the main thread's CPU inside ``next()`` per timed batch, this process's and the
             workers' CPU seconds per second of the timed batches (all threads, all workers),
-            the machine's idle share of its cores then, and the busy threads of a worker
+            the machine's idle share of its cores then, the bytes the workers read per second
+            (``workers_read_per_s``, :mod:`.storage`), and the busy threads of a worker
             (:func:`~feedgpu.diagnosis.threads.busy_threads`, the workers' mean; NaN where
             they cannot be read). Empty when not measured.
         memory: each worker's USS growth over the timed batches (first pass), when asked.
@@ -281,7 +284,10 @@ class Run:
 def _cpu_rates(start: Snapshot, end: Snapshot, next_cpu: list[float], cores: int) -> dict[str, float]:
     wall = max(end.wall_s - start.wall_s, 1e-9)
     threads = [busy_threads(start.threads.get(pid, {}), after, wall) for pid, after in end.threads.items() if after]
+    reads = [end.reads[pid] - start.reads[pid] for pid in end.reads
+             if end.reads[pid] is not None and start.reads.get(pid) is not None]
     return {
+        "workers_read_per_s": sum(reads) / wall if reads else math.nan,
         "worker_threads": sum(threads) / len(threads) if threads else math.nan,
         "main_next_s": sum(next_cpu) / len(next_cpu) if next_cpu else math.nan,
         "main_per_s": (end.main_cpu_s - start.main_cpu_s) / wall,

@@ -82,6 +82,9 @@ class Costs:
             0 without an accelerator or ``pin_memory``.
         pin_main_s: pinning one batch on torch's threads (the main thread, with 0
             workers); None: the same as ``pin_s``.
+        storage_s: seconds the storage needs per batch at the rate the workers reached
+            together, where the diagnosis found them ``storage-bound`` (0: no limit known): no
+            number of workers reads a batch faster.
         sharing: how much the main process's CPU work slows per busy core, as a share of
             the cores (0 to 1; see the module's docstring).
     """
@@ -96,6 +99,7 @@ class Costs:
     pin_s: float = 0.0
     pin_main_s: float | None = None
     sharing: float = 1.0
+    storage_s: float = 0.0
 
     # ------------------------------------------------------------------ the stages
     def worker_cpu_s(self) -> float:
@@ -139,7 +143,7 @@ class Costs:
         pace = steady_state_time_per_batch(num_workers, self.load_s, main - self.receive_s, self.send_s,
                                            receive_s=self.receive_s)
         floor = self.floor_s()
-        return pace if floor is None else max(pace, floor)
+        return max(pace if floor is None else max(pace, floor), self.storage_s)
 
     def by_workers(self, top: int) -> dict[str, float]:
         """The model's seconds per batch for 0 to ``top`` workers, keyed by the count as a string."""
@@ -150,6 +154,10 @@ class Costs:
         set the pace (which that function leaves out), a sentence saying so."""
         pace = self.s_per_batch(num_workers)
         floor = self.floor_s()
+        if num_workers and self.storage_s >= pace * (1 - BALANCE_TOLERANCE):
+            return (f"The storage sets the pace: at the rate the workers reached together it needs "
+                    f"{self.storage_s * 1e3:.3g} ms to deliver a batch's bytes, so the model's best is one batch "
+                    f"every {pace * 1e3:.3g} ms whatever the number of workers.")
         if num_workers and floor is not None and floor >= pace * (1 - BALANCE_TOLERANCE):
             cpu = self.worker_cpu_s() + self.main_cpu_s()
             return (f"The cores set the pace: a batch needs {cpu * 1e3:.3g} ms of CPU to load, hand over and step, "

@@ -19,6 +19,8 @@ Real items do both, and workers have pools of threads; this module also has:
   BLAS thread pool, which PyTorch does not limit inside workers;
 * :class:`ThreadReportDataset`: each item reports the thread pools of the process that
   built it, so a notebook can see what a worker really runs with;
+* :class:`ThrottledReadDataset`: each item reads its bytes through one storage channel of
+  known bandwidth that every process shares, as a network file system at its limit;
 * :func:`limit_worker_threads`: a ``worker_init_fn`` that limits a worker's pools to one
   thread.
 
@@ -37,6 +39,8 @@ class by name, and a class defined in a notebook cell cannot be found that way.
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -55,6 +59,7 @@ __all__ = [
     "MixedDataset",
     "SlowStartDataset",
     "MatmulDataset",
+    "ThrottledReadDataset",
     "blas_threads",
     "ThreadReportDataset",
     "limit_worker_threads",
@@ -417,3 +422,54 @@ def limit_worker_threads(worker_id: int, threads: int = 1) -> None:
         return
     # The limit holds for the rest of the worker's life: nothing restores it.
     threadpool_limits(limits=threads)
+
+
+class ThrottledReadDataset(Dataset):
+    """Items read through one storage channel of ``bytes_per_s``, shared by every process.
+
+    Each item reads ``item_bytes`` for real (from ``/dev/zero``, so the kernel counts them
+    as read, as it counts a disk's, the page cache's or a network file system's bytes),
+    then waits until the channel has delivered them: the channel serves one item after
+    another, whichever process asks, so the items of all workers together arrive at
+    ``bytes_per_s`` at most. One process alone fetches an item in ``item_bytes /
+    bytes_per_s``; ``W`` workers fetch ``W`` items in ``W`` times that. The channel's clock
+    (when it is next free) is a shared value made here, which the workers inherit (*fork*)
+    or receive as they start (*spawn*).
+
+    Args:
+        n: number of items.
+        item_bytes: bytes per item.
+        bytes_per_s: the channel's bandwidth.
+
+    ``dataset[i]`` returns ``i`` and the bytes read, as a 2-element int64 tensor (a cheap
+    hand-over: the bytes stay in the worker).
+    """
+
+    def __init__(self, n: int, item_bytes: int = 256 * 1024, bytes_per_s: float = 32e6) -> None:
+        self.n = check_int("n", n)
+        self.item_bytes = check_int("item_bytes", item_bytes, minimum=1)
+        self.bytes_per_s = float(bytes_per_s)
+        if not self.bytes_per_s > 0:
+            raise ValueError(f"bytes_per_s must be above 0, got {bytes_per_s!r}")
+        self._free_at = multiprocessing.get_context().Value("d", 0.0)  # time.monotonic(): system-wide
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        """Read item ``index`` through the channel (see the class docstring)."""
+        index = _position(index, self.n)
+        with self._free_at.get_lock():
+            start = max(time.monotonic(), self._free_at.value)
+            done = start + self.item_bytes / self.bytes_per_s
+            self._free_at.value = done
+        fd = os.open(os.devnull if not os.path.exists("/dev/zero") else "/dev/zero", os.O_RDONLY)
+        try:
+            got = len(os.read(fd, self.item_bytes))
+        finally:
+            os.close(fd)
+        time.sleep(max(done - time.monotonic(), 0.0))
+        return torch.tensor([index, got], dtype=torch.int64)
+
+    def __repr__(self) -> str:
+        return f"ThrottledReadDataset(n={self.n}, item_bytes={self.item_bytes}, bytes_per_s={self.bytes_per_s:g})"

@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..checks import check_int, check_seconds
 from ..measure.machine import usable_cores
 from .arrays import SleepArrayDataset, collate_list
-from .cost import MatmulDataset, SleepDataset, SpinDataset, spin_cpu
+from .cost import MatmulDataset, SleepDataset, SpinDataset, ThrottledReadDataset, spin_cpu
 from .records import _position, make_python_records
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "worker_start_up",
     "memory_growth",
     "thread_oversubscription",
+    "storage_bound",
     "HostWorkStep",
     "main_thread_work",
     "Planted",
@@ -158,6 +159,14 @@ def thread_oversubscription() -> DataLoader:
                       persistent_workers=True)
 
 
+def storage_bound() -> DataLoader:
+    """2 persistent workers over items of 256 KB read through one channel of 32 MB/s shared
+    by every process (:class:`~feedgpu.workloads.cost.ThrottledReadDataset`), batches of 8:
+    one process reads a batch in 66 ms, and so do 2, 4 or 8 workers together."""
+    return DataLoader(ThrottledReadDataset(4096, 256 * 1024, 32e6), batch_size=8, num_workers=2,
+                      persistent_workers=True)
+
+
 class HostWorkStep:
     """A training step that first works ``cpu_s`` on this thread's CPU (tokenising, packing,
     augmenting in the loop), then waits ``device_s`` for its accelerator (a sleep, as
@@ -207,5 +216,6 @@ PLANTED: dict[str, Planted] = {
     "worker-start-up": Planted(worker_start_up, 0.020, "worker-start-up", "persistent_workers"),
     "memory-growth": Planted(memory_growth, 0.020, "memory-growth", None),
     "thread-oversubscription": Planted(thread_oversubscription, 0.010, "thread-oversubscription", "worker_init_fn"),
+    "storage-bound": Planted(storage_bound, 0.020, "storage-bound", None),
     "main-thread-work": Planted(main_thread_work, 0.025, "main-thread-work", None, HostWorkStep),
 }
