@@ -5,6 +5,7 @@ PYTHON      ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
+TEST_STAMP  := $(VENV)/.installed-test
 LFW         ?= synthetic
 DATA_HOME   := data
 SYNTHETIC   := $(DATA_HOME)/lfw-synthetic/.complete
@@ -93,8 +94,13 @@ check: $(STAMP) $(SYNTHETIC)
 	$(VENV)/bin/feedgpu-check --notebooks $(WORK) $(NB)
 
 # Run the whole test suite (modules, notebooks, nbgrader pipeline, the site's accessibility).
-test: $(STAMP) $(SYNTHETIC) $(AXE)
+test: $(TEST_STAMP) $(SYNTHETIC) $(AXE)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The packages only the tests need (requirements-test.txt: Lightning, for feedgpu-diagnose run).
+$(TEST_STAMP): $(STAMP) requirements-test.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-test.txt
+	touch $@
 
 # axe-core, the accessibility rules the tests run on the site's pages in Chromium (npm registry;
 # without npm the check is skipped and says so).

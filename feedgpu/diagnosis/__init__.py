@@ -12,7 +12,9 @@
     for batch in diagnose.watch(loader):          # inside a loop of your own
         train_step(batch)
 
-From a shell: ``feedgpu-diagnose MODULE:FACTORY --step-ms 30`` (:mod:`.command`).
+From a shell: ``feedgpu-diagnose MODULE:FACTORY --step-ms 30`` (:mod:`.command`); for a
+script as it is, Lightning's included, ``feedgpu-diagnose run -- python train.py ARGS``
+(:mod:`.script`, with the hooks of :mod:`.script_hooks` in the script's process).
 
 **What it measures** (all within ``max_seconds``, on a seeded sample of batches, every
 worker stopped afterwards; see :mod:`.procedure` for the phases):

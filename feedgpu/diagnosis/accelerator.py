@@ -39,7 +39,7 @@ from typing import Any
 
 from ..checks import check_seconds
 
-__all__ = ["SimulatedAccelerator", "TimedStep"]
+__all__ = ["SimulatedAccelerator", "ReplayedStep", "TimedStep"]
 
 
 class SimulatedAccelerator:
@@ -65,6 +65,33 @@ class SimulatedAccelerator:
 
     def __repr__(self) -> str:
         return f"SimulatedAccelerator(step_s={self.step_s})"
+
+
+class ReplayedStep:
+    """A step measured in someone's loop, played again: ``cpu_s`` of work on this thread's
+    CPU (counted by ``time.thread_time``, so a busy machine stretches it, as it stretched
+    the original), then ``device_s`` holding the host without a CPU (a sleep), as the wait
+    for an accelerator does. ``feedgpu-diagnose run`` diagnoses a script's loader with the
+    step its loop measured; the planted ``main-thread-work`` loop uses it too.
+
+    Raises:
+        ValueError, TypeError: a time negative, not finite or not a number.
+    """
+
+    def __init__(self, cpu_s: float, device_s: float) -> None:
+        self.cpu_s = check_seconds("cpu_s", cpu_s)
+        self.device_s = check_seconds("device_s", device_s)
+
+    def __call__(self, batch: Any) -> None:
+        deadline = time.thread_time() + self.cpu_s
+        x = 0
+        while time.thread_time() < deadline:
+            for _ in range(200):  # some arithmetic between readings of the clock
+                x = (x * 48271 + 11) % 2147483647
+        time.sleep(self.device_s)
+
+    def __repr__(self) -> str:
+        return f"ReplayedStep(cpu_s={self.cpu_s:.4g}, device_s={self.device_s:.4g})"
 
 
 class TimedStep:

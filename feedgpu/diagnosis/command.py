@@ -5,11 +5,16 @@
     feedgpu-diagnose mytraining:make_loader --step-ms 30
     feedgpu-diagnose mytraining:make_loader --step mytraining:train_step --max-seconds 120 --json out.json
     feedgpu-diagnose --replay out.json --step-ms 8 --cores 16      # what if: no loader needed
+    feedgpu-diagnose run --max-seconds 60 -- python train.py --workers 0   # an unchanged script
 
 ``FACTORY()`` returns your DataLoader (the ``module:attribute`` form of uvicorn and
 gunicorn; the current directory is importable). Prints the report and exits 0; exits 2
 with a one-line reason, and no traceback, for a bad argument, or a factory (or step) that
 cannot be imported, raises, or returns no DataLoader.
+
+``run [--max-seconds S] [--no-try] [--json PATH] [--plot PATH] [--quiet] -- COMMAND``
+diagnoses the training loop of a script as it is, and runs it again with the setting to
+try first changed (:mod:`.script`).
 
 ``--replay FILE`` recomputes a diagnosis from its ``--json`` file
 (:func:`feedgpu.diagnosis.replay`): no factory, no step, nothing measured; ``--step-ms``
@@ -81,26 +86,69 @@ def _loader(spec: str) -> Any:
     return build_loader(factory, spec)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; returns the exit status (0 done, 2 a bad argument or factory, 130 Ctrl-C)."""
+def _run_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=f"{PROG} run", description="Diagnose the training loop of an unchanged script: "
+                           "run it, measure its loop, name the causes, then run it again with the setting to try "
+                           "first changed.")
+    parser.add_argument("--max-seconds", type=float, default=60.0, metavar="S",
+                        help="the budget of both runs (default 60; Python's start-up comes on top)")
+    parser.add_argument("--no-try", action="store_true", help="predict the fix but do not run the script again")
+    parser.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    parser.add_argument("--plot", metavar="PATH", help="save the plot (PNG, SVG or PDF, by the ending)")
+    parser.add_argument("--quiet", action="store_true", help="hide the script's own output")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                        help="how you run the script: python train.py ARGS, or python -m MODULE ARGS")
+    return parser
+
+
+def _answer(prog: str, compute: Any, stopped: str) -> int:
+    """Run ``compute()`` (which returns the result and its arguments), print and write the
+    result; exit 2 with a one-line reason for a :class:`UsageError`, 130 on Ctrl-C."""
     try:
-        args = _parser().parse_args(argv)
-        if args.step_ms is not None and not (args.step_ms >= 0 and args.step_ms != float("inf")):
-            raise UsageError(f"--step-ms must be a finite number >= 0, got {args.step_ms}")
-        if not args.max_seconds > 0 or args.max_seconds == float("inf"):
-            raise UsageError(f"--max-seconds must be a finite number > 0, got {args.max_seconds}")
-        if args.replay is not None:
-            result = _replay(args)
-        else:
-            result = _diagnose(args)
+        result, args = compute()
     except UsageError as err:
-        print(f"{PROG}: error: {one_line(err)}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(err)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted (every worker was stopped)", file=sys.stderr)
+        print(f"{prog}: interrupted ({stopped})", file=sys.stderr)
         return 130
     _write(result, args)
     return 0
+
+
+def _check_budget(max_seconds: float) -> None:
+    if not max_seconds > 0 or max_seconds == float("inf"):
+        raise UsageError(f"--max-seconds must be a finite number > 0, got {max_seconds}")
+
+
+def _run_script(argv: Sequence[str]) -> tuple[Any, argparse.Namespace]:
+    """``feedgpu-diagnose run ... -- COMMAND``: the result and the arguments."""
+    from .script import ScriptError, diagnose_script
+
+    args = _run_parser().parse_args(list(argv))
+    _check_budget(args.max_seconds)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    try:
+        return diagnose_script(command, args.max_seconds, try_fix=not args.no_try, echo=not args.quiet), args
+    except ScriptError as err:
+        raise UsageError(str(err)) from None
+
+
+def _factory_form(argv: Sequence[str]) -> tuple[Any, argparse.Namespace]:
+    """``feedgpu-diagnose MODULE:FACTORY ...`` or ``--replay FILE``: the result and the arguments."""
+    args = _parser().parse_args(list(argv))
+    if args.step_ms is not None and not (args.step_ms >= 0 and args.step_ms != float("inf")):
+        raise UsageError(f"--step-ms must be a finite number >= 0, got {args.step_ms}")
+    _check_budget(args.max_seconds)
+    return (_replay(args) if args.replay is not None else _diagnose(args)), args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns the exit status (0 done, 2 a bad argument or factory, 130 Ctrl-C)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:
+        return _answer(f"{PROG} run", lambda: _run_script(argv[1:]), "the script's processes were stopped")
+    return _answer(PROG, lambda: _factory_form(argv), "every worker was stopped")
 
 
 def _replay(args: argparse.Namespace) -> Any:

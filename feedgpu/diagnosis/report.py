@@ -35,7 +35,7 @@ import base64
 import html
 import io
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .causes import (GROWTH_KB_PER_ITEM, GROWTH_MB, HAND_OVER_SHARE, INPUT_BOUND_SHARE, MODERATE_SHARE,
@@ -144,6 +144,17 @@ class Diagnosis:
             "modelled": self.modelled,
         })
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Diagnosis:
+        """The diagnosis :meth:`to_dict` wrote (keys it does not know are left out)."""
+        names = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in names and k != "findings"}
+        values["findings"] = [Finding(f["cause"], f["sentence"], f["advice"]) for f in data.get("findings") or []]
+        for key in ("data_wait_share", "busy_share", "elapsed_s"):
+            if values.get(key) is None:
+                values[key] = math.nan
+        return cls(**values)
+
     # ------------------------------------------------------------------ words
     def headline(self) -> str:
         """The verdict in one sentence."""
@@ -159,12 +170,13 @@ class Diagnosis:
             return None
         why = f" ({t['why']})" if t.get("why") else ""
         line = f"Try first: {t['setting']}={t['value']}{why}: the model predicts {t['predicted_speedup']:.2f}x"
-        measured = t.get("measured_speedup")
-        if measured is not None and math.isfinite(measured):
-            line += (f"; measured {measured:.2f}x (measured/predicted "
-                     f"{measured / t['predicted_speedup']:.2f})")
-        elif t.get("note"):
-            line += f"; {t['note']}"
+        for key, note, said in (("measured_speedup", "note", "measured"),
+                                ("script_measured_speedup", "script_note", "the script run again with it:")):
+            measured = t.get(key)
+            if measured is not None and math.isfinite(measured):
+                line += f"; {said} {measured:.2f}x (measured/predicted {measured / t['predicted_speedup']:.2f})"
+            elif t.get(note):
+                line += f"; {t[note]}"
         return line + "."
 
     def _breakdown_line(self) -> str:

@@ -29,9 +29,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..checks import check_int, check_seconds
+from ..diagnosis.accelerator import ReplayedStep
 from ..measure.machine import usable_cores
 from .arrays import SleepArrayDataset, collate_list
-from .cost import MatmulDataset, SleepDataset, SpinDataset, ThrottledReadDataset, spin_cpu
+from .cost import MatmulDataset, SleepDataset, SpinDataset, ThrottledReadDataset
 from .records import _position, make_python_records
 
 __all__ = [
@@ -167,18 +168,13 @@ def storage_bound() -> DataLoader:
                       persistent_workers=True)
 
 
-class HostWorkStep:
+class HostWorkStep(ReplayedStep):
     """A training step that first works ``cpu_s`` on this thread's CPU (tokenising, packing,
     augmenting in the loop), then waits ``device_s`` for its accelerator (a sleep, as
     ``loss.item()`` holds the host): the accelerator idles while the CPU part runs."""
 
     def __init__(self, cpu_s: float = 0.015, device_s: float = 0.010) -> None:
-        self.cpu_s = check_seconds("cpu_s", cpu_s)
-        self.device_s = check_seconds("device_s", device_s)
-
-    def __call__(self, batch: Any) -> None:
-        spin_cpu(self.cpu_s)
-        time.sleep(self.device_s)
+        super().__init__(cpu_s, device_s)
 
     def __repr__(self) -> str:
         return f"HostWorkStep(cpu_s={self.cpu_s}, device_s={self.device_s})"

@@ -22,11 +22,14 @@ ROUNDS = 7
 WATCHED_BATCHES = 40
 
 
-def _loop_s(loader, step_s: float, watched: bool) -> float:
-    """Seconds per step of a loop over ``loader`` that sleeps ``step_s`` per batch."""
+def _loop_s(loader, step_s: float, how: str) -> float:
+    """Seconds per step of a loop over ``loader`` that sleeps ``step_s`` per batch: ``how``
+    ``"plain"``, under ``"watch"`` (:func:`feedgpu.diagnose.watch`) or timed as
+    ``feedgpu-diagnose run`` times a script's loop (``"script"``)."""
     from feedgpu.diagnosis import watch
+    from feedgpu.diagnosis.script_hooks import timed_iterator
 
-    source = watch(loader) if watched else loader
+    source = {"plain": lambda: loader, "watch": lambda: watch(loader), "script": lambda: timed_iterator(loader)}[how]()
     count = 0
     start = time.perf_counter()
     for _ in source:
@@ -71,14 +74,19 @@ def bench_diagnosis() -> list[Figure]:
                        f"{seconds:.1f} s of max_seconds={MAX_SECONDS:g}")]
     case = PLANTED["healthy"]
     loader = case.factory()
-    plain, watched = [], []
+    times: dict[str, list[float]] = {"plain": [], "watch": [], "script": []}
     for r in range(ROUNDS):
-        for kind in ((False, True) if r % 2 == 0 else (True, False)):
-            (watched if kind else plain).append(_loop_s(loader, case.step_s, kind))
+        order = list(times)[r % 3:] + list(times)[:r % 3]  # each kind first in turn: a drift hits all
+        for how in order:
+            times[how].append(_loop_s(loader, case.step_s, how))
+    plain, watched = times["plain"], times["watch"]
     overhead = statistics.median(w - p for w, p in zip(watched, plain)) / case.step_s
+    script = statistics.median(w - p for w, p in zip(times["script"], plain)) / case.step_s
     out += [figure("watch(): loop time per step, without", statistics.median(plain) * 1e3, "ms",
                    f"healthy loader, {case.step_s * 1e3:g} ms step, median of {ROUNDS} rounds"),
             figure("watch(): loop time per step, with", statistics.median(watched) * 1e3, "ms"),
             figure("watch(): overhead / step time", overhead, "x",
-                   "median of paired rounds; budget < 0.05")]
+                   "median of paired rounds; budget < 0.05"),
+            figure("feedgpu-diagnose run: the hooks' overhead / step time", script, "x",
+                   "a script's loop timed as run times it, median of paired rounds; budget < 0.05")]
     return out

@@ -1,0 +1,96 @@
+"""``feedgpu-diagnose run -- COMMAND``: the diagnosis of an unchanged script (issue 32).
+
+The end-to-end tests run the course's two examples as they are: a script written the way
+torchvision's reference classification script is (argparse, ImageFolder, a model, the
+loop, ``--workers``), and a LightningDataModule trained by ``Trainer.fit``, both over the
+synthetic faces with 0 workers. Speed is the bench's business: here, that the loop is
+found, the cause named, the setting applied to the script's own loader in a second run
+(never by editing it), and that no process is left behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from feedgpu.diagnosis.script import PREFIX, ScriptError, script_command
+from feedgpu.diagnosis.script_hooks import loop_figures
+
+ROOT = Path(__file__).resolve().parents[1]
+FACES = ROOT / "data" / "lfw-synthetic"
+DIAGNOSE = Path(sys.executable).parent / "feedgpu-diagnose"
+
+
+def test_the_command_names_the_script_or_module():
+    assert script_command(["python", "examples/train_classification.py", "-j", "0"]) == [
+        "examples/train_classification.py", "-j", "0"]
+    assert script_command(["python3.11", "-u", "-m", "pkg.train", "--lr", "1"]) == ["-m", "pkg.train", "--lr", "1"]
+    assert script_command(["examples/train_lightning.py"]) == ["examples/train_lightning.py"]
+    for bad in ([], ["python"], ["python", "-m"], ["python", "missing.py"], ["make", "train"]):
+        with pytest.raises(ScriptError):
+            script_command(bad)
+
+
+def test_loop_figures_pair_each_wait_with_the_step_after_it():
+    figures = loop_figures([0.03, 0.05, 0.04], [0.01, 0.01, 0.02, 0.02], [0.005, 0.005, 0.01, 0.01])
+    assert figures["timed_batches"] == 3
+    assert figures["wait_s"] == pytest.approx(0.04) and figures["step_s"] == pytest.approx(0.05 / 3)
+    assert figures["s_per_batch"] == pytest.approx(0.04 + 0.05 / 3)
+    assert figures["data_wait_share"] == pytest.approx(0.04 / (0.04 + 0.05 / 3))
+    assert figures["device_s"] is None
+
+
+def _left_behind(since: float) -> list[str]:
+    """Processes of ours started since ``since`` that run the hooks or a script's workers."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "create_time"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if (p.info["create_time"] or 0) >= since - 1 and ("script_hooks" in cmd or "examples/train_" in cmd):
+            found.append(cmd[:120])
+    return found
+
+
+def _run(tmp_path: Path, *command: str, extra: tuple = ()) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp_path / "run.json"
+    start = time.time()
+    done = subprocess.run([str(DIAGNOSE), "run", "--max-seconds", "4", "--json", str(out), *extra, "--", *command],
+                          cwd=ROOT, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    time.sleep(0.5)
+    assert not _left_behind(start), f"processes left running: {_left_behind(start)}"
+    return done, json.loads(out.read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not FACES.is_dir(), reason="needs the synthetic faces (make data)")
+def test_a_reference_style_script_is_diagnosed_and_run_again_with_the_fix(tmp_path):
+    done, found = _run(tmp_path, "python", "examples/train_classification.py", "--data-path", str(FACES),
+                       "--workers", "0", "--epochs", "1")
+    assert "main-process-loading" in found["causes"], done.stdout[-3000:]
+    tried = found["try_first"]
+    assert tried["setting"] == "num_workers" and tried["value"] >= 1, tried
+    assert "script_note" not in tried, f"the second run did not apply the setting: {tried}"
+    assert tried["script_measured_speedup"] > 0, tried
+    assert found["model"]["script"]["loop"]["timed_batches"] >= 3
+    assert any(line.startswith(PREFIX + "Epoch: [0]") for line in done.stdout.splitlines()), (
+        "the script's own output, prefixed")
+    assert "the script run again with num_workers=" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="needs lightning (requirements-test.txt)")
+@pytest.mark.skipif(not FACES.is_dir(), reason="needs the synthetic faces (make data)")
+def test_a_lightning_datamodule_trained_by_trainer_fit_is_diagnosed(tmp_path):
+    done, found = _run(tmp_path, "python", "examples/train_lightning.py", "--data-path", str(FACES),
+                       "--workers", "0", extra=("--no-try", "--quiet"))
+    assert "main-process-loading" in found["causes"], done.stdout[-3000:]
+    assert found["settings"]["num_workers"] == 0 and found["settings"]["batch_size"] == 32, found["settings"]
+    assert found["try_first"]["setting"] == "num_workers", found["try_first"]
+    assert PREFIX not in done.stdout, "--quiet hides the script's output"
