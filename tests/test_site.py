@@ -206,12 +206,13 @@ def test_a_figure_gets_the_summary_its_cell_printed_as_alternative_text():
 def test_links_to_the_reference_pages_point_at_the_site_pages():
     """A notebook links ../GLOSSARY.md (from work/); on the site that is glossary.md. Other links stay."""
     text = "the [glossary](../GLOSSARY.md), the [rubrics](../RUBRICS.md#notebook-03), [a file](data/GLOSSARY.md)"
-    assert site.site_links(text) == ("the [glossary](glossary.md), the [rubrics](rubrics.md#notebook-03), "
-                                     "[a file](data/GLOSSARY.md)")
+    assert site.site_links(text) == ("the [glossary](glossary.md), the rubrics (`RUBRICS.md` in the course), "
+                                     "[a file](data/GLOSSARY.md)"), "the rubrics give answers away: not on the site"
 
 
 @pytest.mark.grading
 def test_course_site_has_the_reference_pages_the_notebooks_link(course_site):
+    assert "rubrics" not in course_site.pages, "the rubrics give the reflections' answers away"
     for file, doc in site.REFERENCE_PAGES.items():
         assert doc in course_site.pages, f"{file} is not on the site"
         assert (course_site.dest / f"{doc}.html").is_file(), doc
@@ -220,7 +221,7 @@ def test_course_site_has_the_reference_pages_the_notebooks_link(course_site):
         hrefs = re.findall(r"<a\b[^>]*\bhref=\"([^\"]+)\"", page)
         for doc in site.REFERENCE_PAGES.values():  # once in the side bar, and from the notebook's text
             assert hrefs.count(f"{doc}.html") >= 2, f"{name}.html: its text does not link {doc}.html"
-        assert not [h for h in hrefs if h.endswith(tuple(site.REFERENCE_PAGES))], f"{name}: a dead link"
+        assert not [h for h in hrefs if h.endswith(tuple(site.REFERENCE_PAGES) + site.UNPUBLISHED)], f"{name}: a dead link"
 
 
 def test_cache_key_changes_with_the_notebook_and_with_what_it_runs(tmp_path):

@@ -21,7 +21,9 @@ the thresholds are module constants, stated here and in the README:
   :data:`THREADS_PER_WORKER` on average: each thread ran a tenth of the timed span,
   :mod:`.threads`), more threads in all than the cores, and no core left are
   ``thread-oversubscription`` instead: their BLAS, OpenMP or OpenCV pools take turns on
-  the cores (PyTorch's own pool has one thread in a worker). Workers whose items read
+  the cores (PyTorch's own pool has one thread in a worker), where this process has such a
+  pool of more than one thread (threadpoolctl; a forked worker inherits its size). Workers
+  whose items read
   (at least :data:`READ_MIN_BYTES` per item, counted by the kernel, :mod:`.storage`) and
   that together read less than :data:`STORAGE_SHARE` of what as many processes would read
   alone (one process's rate, timed in the item probe, times the workers) are
@@ -46,11 +48,14 @@ the thresholds are module constants, stated here and in the README:
   per worker.
 * ``main-thread-work``: the step's own CPU work in this process (its thread's CPU time per
   batch, ``time.thread_time``) is at least :data:`MAIN_WORK_SHARE` of the loop's time per
-  batch (and :data:`MAIN_WORK_MIN_S`), while the accelerator idles at least that share:
-  its time per step comes from CUDA events where there are any, else from the step's time
-  off the CPU (a step that waits for its device, as ``loss.item()`` does). A step that is
-  CPU through and through (:data:`DEVICE_MIN_SHARE` of its time or less off the CPU, and
-  no device measured) is training on the CPU, not work that keeps an accelerator waiting.
+  batch (and :data:`MAIN_WORK_MIN_S`), while the accelerator idles at least that share.
+  The accelerator's part of a step is the step's time off the CPU when it runs *alone*,
+  before any worker starts (a step that waits for its device, as ``loss.item()`` does):
+  beside busy workers a step also loses time to them, which is no accelerator. A step
+  that alone is CPU through and through (:data:`DEVICE_MIN_SHARE` of its time or less off
+  the CPU) is training on the CPU, or an asynchronous GPU step whose device time the host
+  cannot see without synchronising: not named. (CUDA events around a step are no help:
+  they span the host's work inside it too.)
 """
 
 from __future__ import annotations
@@ -134,8 +139,10 @@ class Evidence:
         memory_mb: the machine's memory, MB (None: unknown).
         step_cpu_s: CPU seconds of this process's thread inside the step, per batch (NaN:
             unknown, or a simulated accelerator, which uses none).
-        device_s: the accelerator's seconds per step from CUDA events (NaN: no events).
+        device_s: the step's seconds off the CPU when it runs alone, its wait for an
+            accelerator (NaN: unknown, or a simulated accelerator).
         worker_threads: the threads a worker keeps busy, the workers' mean (NaN: unknown).
+        pool_threads: the largest BLAS or OpenMP pool of this process (threadpoolctl; NaN: unknown).
         read_per_s: bytes the workers read per second together over the timed batches (NaN: unknown).
         item_read_bytes, item_read_per_s: bytes one item reads, and the bytes per second one
             process reads fetching items alone, from the item probe (NaN: unknown).
@@ -163,6 +170,7 @@ class Evidence:
     step_cpu_s: float = math.nan
     device_s: float = math.nan
     worker_threads: float = math.nan
+    pool_threads: float = math.nan
     read_per_s: float = math.nan
     item_read_bytes: float = math.nan
     item_read_per_s: float = math.nan
@@ -291,7 +299,8 @@ def _wait_cause(ev: Evidence) -> Finding:
     no_core_left = (math.isfinite(ev.idle_share) and ev.idle_share < IDLE_SHARE) or (
         math.isfinite(ev.own_cpu_share) and ev.own_cpu_share >= OWN_CPU_SHARE)
     threads = ev.worker_threads
-    if (computing and no_core_left and math.isfinite(threads) and threads >= THREADS_PER_WORKER
+    pools = not math.isfinite(ev.pool_threads) or ev.pool_threads >= 2
+    if (computing and no_core_left and pools and math.isfinite(threads) and threads >= THREADS_PER_WORKER
             and ev.num_workers * threads > ev.cores):
         return Finding("thread-oversubscription", f"Each of the {ev.num_workers} workers keeps {threads:.1f} threads "
                        f"busy, about {ev.num_workers * threads:.0f} threads on {ev.cores} cores that are all busy "
@@ -358,17 +367,15 @@ def _main_work_finding(ev: Evidence) -> Finding | None:
         return None
     if host < MAIN_WORK_MIN_S or host < MAIN_WORK_SHARE * pace:
         return None
-    measured = math.isfinite(ev.device_s)
-    device = ev.device_s if measured else max(ev.step_s - host, 0.0)
-    if not measured and device <= DEVICE_MIN_SHARE * ev.step_s:
-        return None  # the step is all CPU: training on the CPU, no accelerator kept waiting
+    device = ev.device_s
+    if not math.isfinite(device) or device <= DEVICE_MIN_SHARE * ev.step_s:
+        return None  # no wait for an accelerator seen: training on the CPU, or a step it cannot see into
     idle = 1 - min(device / pace, 1.0)
     if idle < MAIN_WORK_SHARE:
         return None
-    where = "its CUDA events" if measured else "the step's time off the CPU"
     return Finding(
         "main-thread-work", f"The step spends {ms(host)} of CPU per batch in this process, {pct(host / pace)} of the "
-        f"loop's {ms(pace)} per batch, beside {ms(device)} of the accelerator's own work ({where}): the "
+        f"loop's {ms(pace)} per batch, beside {ms(device)} waiting for the accelerator (the step alone): the "
         f"accelerator idles {pct(idle)} of the loop while the main thread works, whatever the loader does.",
         "Move per-batch CPU work (tokenising, packing, augmenting, converting to tensors) out of the step into the "
         "dataset's __getitem__ or the collate_fn, where the workers do it ahead of the step, or onto the "

@@ -130,7 +130,7 @@ class ItemCost:
             times ``batch_size``, plus ``collate_s``), in the order fetched; one reading when
             fewer than two batches' worth were timed.
         threads: the torch threads the items ran with.
-        read_bytes: bytes this process read per item meanwhile (``rchar``,
+        read_bytes: bytes this process read during the median item (``rchar``,
             :func:`~feedgpu.diagnosis.storage.read_chars`; NaN where it cannot be read).
     """
 
@@ -189,10 +189,12 @@ def _timed(call: Any) -> tuple[Any, float, float]:
 ONE_OFF_FIRST = 4.0
 
 
-def _items(loader: DataLoader, deadline: float, wanted: int) -> tuple[list[Any], list[float], list[float], int]:
+def _items(loader: DataLoader, deadline: float, wanted: int,
+           reads: list[int] | None = None) -> tuple[list[Any], list[float], list[float], int]:
     """Up to ``wanted`` items (at least one, then until ``deadline``), the wall and CPU
     seconds of each, and how many items at the start those seconds leave out (1 for a
-    one-off first item, else 0): ``walls[i]`` is of ``items[i + skipped]``."""
+    one-off first item, else 0): ``walls[i]`` is of ``items[i + skipped]``. ``reads``, if
+    given, gets the bytes this process read during each item (where they can be counted)."""
     dataset = loader.dataset
     if isinstance(dataset, IterableDataset):
         stream = iter(dataset)
@@ -207,10 +209,15 @@ def _items(loader: DataLoader, deadline: float, wanted: int) -> tuple[list[Any],
         fetch = lambda: dataset[next(indices)]  # noqa: E731
     items, walls, cpus = [], [], []
     while len(items) < wanted and (not items or time.perf_counter() < deadline):
+        before = read_chars(os.getpid()) if reads is not None else None
         try:
             item, w, c = _timed(fetch)
         except StopIteration:
             break
+        if before is not None:
+            after = read_chars(os.getpid())
+            if after is not None:
+                reads.append(after - before)
         items.append(item)
         walls.append(w)
         cpus.append(c)
@@ -331,10 +338,10 @@ def _probe_items(loader: DataLoader, deadline: float, batches: int, threads: int
         batch_size = max(1, len(next(iter(loader.batch_sampler))))
     else:  # no automatic batching: each item is a batch
         batch_size = 1
-    before = read_chars(os.getpid())
-    items, walls, cpus, skipped = _items(loader, deadline, batches * batch_size)
-    after = read_chars(os.getpid())
-    read = (after - before) / len(items) if before is not None and after is not None else math.nan
+    reads: list[int] = []
+    items, walls, cpus, skipped = _items(loader, deadline, batches * batch_size, reads)
+    # the median item's: a first item that imports lazily, or a thread reading meanwhile, is left out
+    read = float(statistics.median(reads)) if reads else math.nan
     if batching:
         chunk = items[:batch_size]
         full = (chunk * math.ceil(batch_size / len(chunk)))[:batch_size]

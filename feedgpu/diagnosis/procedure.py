@@ -46,7 +46,7 @@ from .probes import (HandOverCost, ItemCost, Reading, crosses_pickled, disagreem
                      probe_hand_over, probe_items, probe_pinning)
 from .report import Diagnosis
 from .runs import Run, measure_run
-from .threads import OneThreadPerPool, can_limit_pools, one_thread_pools
+from .threads import OneThreadPerPool, can_limit_pools, one_thread_pools, pool_threads
 from .whatif import Costs, epoch_speedup, max_workers, predicted_tries
 
 __all__ = ["PHASES", "MAX_TIMED", "diagnose"]
@@ -194,6 +194,7 @@ class _Diagnosis:
             self.time_step_alone()
         else:
             self.step_guess, self.step_cpu = self.step_s, 0.0
+            self.step_off_cpu_s = math.nan  # a simulated accelerator: no CPU, nothing to tell
         self.pickled = crosses_pickled(self.items.batch)
         self.budget.done()
 
@@ -210,6 +211,8 @@ class _Diagnosis:
         if len(walls) >= 2:
             self.step_alone = Reading(walls, threads=torch_threads_now())
             self.step_guess, self.step_cpu = self.step_alone.median_s, timed.cpu_share
+        # the step alone, off the CPU: its wait for an accelerator (no worker takes a core from it yet)
+        self.step_off_cpu_s = self.step_guess * max(1.0 - self.step_cpu, 0.0)
 
     def measure_baseline(self) -> None:
         self.budget.begin("baseline")
@@ -237,8 +240,8 @@ class _Diagnosis:
                 idle_share=b.cpu.get("idle_share", math.nan), memory=b.memory, pickled=self.pickled,
                 in_flight_mb=in_flight_mb(self.loader, self.items.batch), dataset_items=_length(self.loader.dataset),
                 memory_mb=total_memory_mb(), step_cpu_s=step_s * b.cpu.get("step_cpu_share", math.nan),
-                device_s=b.gpu_busy_s / b.timing.n_batches[0] if b.gpu_busy_s else math.nan,
-                worker_threads=b.cpu.get("worker_threads", math.nan),
+                device_s=self.step_off_cpu_s, worker_threads=b.cpu.get("worker_threads", math.nan),
+                pool_threads=pool_threads(),
                 read_per_s=b.cpu.get("workers_read_per_s", math.nan), item_read_bytes=self.items.read_bytes,
                 item_read_per_s=self.items.read_per_s)
         # no batch could be timed within the budget: judge from the item probe and the model
@@ -277,7 +280,7 @@ class _Diagnosis:
                            self.items.cpu_share, ev.available_cores, step_cpu,
                            pin_s=one.median_s if one is not None else 0.0,
                            pin_main_s=main.median_s if main is not None else None, sharing=sharing)
-        if "storage-bound" in causes:  # the rate the workers reached together is the storage's
+        if "storage-bound" in causes and ev.read_per_s > 0:  # the rate the workers reached is the storage's
             self.costs = replace(self.costs, storage_s=ev.item_read_bytes * self.items.batch_size / ev.read_per_s)
         self.fixed_costs: Costs | None = None
         if "hand-over" in causes and self.pickled and payload_bytes(batch) > 0:

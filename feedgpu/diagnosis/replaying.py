@@ -137,7 +137,7 @@ def _modelled(ev: Evidence, costs: Costs, cores: float | None) -> Evidence:
                    wait_s=wait, step_s=costs.step_s,
                    data_wait_share=min(wait / pace, 1.0) if pace > 0 else 0.0,
                    main_next_cpu_s=next_cpu, main_cpu_per_s=main_per_s, workers_cpu_per_s=workers_cpu,
-                   idle_share=idle)
+                   idle_share=idle, step_cpu_s=math.nan, device_s=math.nan)  # a what-if's step: no wait of its own seen
 
 
 def _replay_watch(data: dict[str, Any], notes: list[str]) -> Diagnosis:

@@ -18,7 +18,8 @@ the command only says that a script follows; ``-m module`` works as with Python)
    way. The script's measured speed-up is the first loop's seconds per batch over the
    second's, reported beside the model's prediction.
 
-When a run's time is up, every process it started (the script, its DataLoader workers,
+A run has :data:`START_S` to reach its first loop over a DataLoader (Python, torch and the
+script's own set-up), then its share of the budget. When a run's time is up, every process it started (the script, its DataLoader workers,
 anything else) is stopped: each run is a process group of its own. The script's output
 stays visible, each line prefixed with ``[script]``.
 """
@@ -46,7 +47,9 @@ __all__ = ["FIRST_SHARE", "PREFIX", "ScriptError", "script_command", "diagnose_s
 FIRST_SHARE = 0.7
 #: What the script's own output lines start with.
 PREFIX = "[script] "
-#: Seconds a run may go past its share before it is stopped (starting Python and torch).
+#: Seconds a run may take to reach its first loop over a DataLoader (Python, torch, the
+#: script's own set-up), and then to end after its budget.
+START_S = 180.0
 GRACE_S = 20.0
 
 
@@ -79,10 +82,11 @@ def script_command(command: Sequence[str]) -> list[str]:
     return parts
 
 
-def _pump(stream: Any, out: Any) -> None:
+def _pump(stream: Any, echo: bool) -> None:
     for line in iter(stream.readline, ""):
-        out.write(PREFIX + line)
-        out.flush()
+        if echo:
+            sys.stdout.write(PREFIX + line)
+            sys.stdout.flush()
     stream.close()
 
 
@@ -91,14 +95,16 @@ def _run(script: list[str], budget_s: float, out: Path, extra: list[str], echo: 
     cmd = [sys.executable, "-u", "-m", "feedgpu.diagnosis.script_hooks", "--out", str(out),
            "--budget", f"{budget_s:.3f}", *extra, "--", *script]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            start_new_session=True)  # a process group of its own: stopped whole
-    pump = threading.Thread(target=_pump, args=(proc.stdout, sys.stdout if echo else open(os.devnull, "w")),
-                            daemon=True)
+                            errors="replace", start_new_session=True)  # a process group of its own: stopped whole
+    pump = threading.Thread(target=_pump, args=(proc.stdout, echo), daemon=True)
     pump.start()
+    started = out.with_name(out.name + ".started")  # the hooks' budget has begun
+    deadline, begun = time.monotonic() + START_S, False
     try:
-        proc.wait(timeout=budget_s + GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
+        while proc.poll() is None and time.monotonic() < deadline:
+            if not begun and started.exists():
+                deadline, begun = time.monotonic() + budget_s + GRACE_S, True
+            time.sleep(0.1)
     finally:
         _stop_group(proc)
         pump.join(timeout=5)
@@ -158,21 +164,26 @@ def diagnose_script(command: Sequence[str], max_seconds: float = 60, try_fix: bo
         t = result.try_first
         if try_fix and t and t.get("setting") in ("num_workers", "persistent_workers", "worker_init_fn", "collate_fn"):
             change = {"setting": t["setting"], "value": t["value"], "target": first["loader"]}
-            left = max(max_seconds - (time.perf_counter() - start), 5.0)
-            second = _run(script, left, Path(tmp) / "second.json", ["--change", json.dumps(change)], echo)
-            _compare(result, loop, second)
+            left = max(max_seconds * (1 - FIRST_SHARE), 5.0)
+            try:
+                second = _run(script, left, Path(tmp) / "second.json", ["--change", json.dumps(change)], echo)
+            except ScriptError as err:  # the first run's diagnosis stands
+                second = {"applied": True, "reason": str(err)}
+            _compare(result, loop, second, first["loader"])
     result.max_seconds, result.elapsed_s = max_seconds, time.perf_counter() - start
     result.model = {**result.model, "script": {"command": list(command), "loop": loop}}
     return result
 
 
-def _compare(result: Diagnosis, loop: dict[str, Any], second: dict[str, Any]) -> None:
+def _compare(result: Diagnosis, loop: dict[str, Any], second: dict[str, Any], target: dict[str, Any]) -> None:
     """The script's measured speed-up with the setting changed, into ``try_first``."""
     t = result.try_first
     if not second.get("applied"):
         t["script_note"] = "the second run built no loader like the training loop's: the setting was not applied"
     elif "loop" not in second:
         t["script_note"] = f"the second run's loop was not measured ({second.get('reason', 'no reason given')})"
+    elif second.get("loader") != target:
+        t["script_note"] = "the second run timed another loader's loop than the first: nothing to compare"
     else:
         new = second["loop"]["s_per_batch"]
         t["script_measured_speedup"] = loop["s_per_batch"] / new if new > 0 else math.nan

@@ -32,7 +32,9 @@ import math
 import os
 import runpy
 import sys
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +78,7 @@ class _State:
         self.budget_s = budget_s
         self.end = math.inf  # the budget counts from the script's first loop over a DataLoader, not its start-up
         self.done = False
-        self.loops: list[_Watched] = []
+        self.loops: weakref.WeakSet[_Watched] = weakref.WeakSet()  # a loop left by break lets its workers go
         self.applied = False
 
     def finish(self, watched: _Watched | None) -> None:
@@ -90,7 +92,10 @@ class _State:
             record["loader"] = loader_signature(watched.loader)
             watched.stop()
             if self.change is None:
-                record["diagnosis"] = self.diagnose(watched.loader, record["loop"])
+                try:
+                    record["diagnosis"] = self.diagnose(watched.loader, record["loop"])
+                except Exception as err:  # noqa: BLE001 - said in one line by feedgpu-diagnose run
+                    record["reason"] = f"the diagnosis of the script's loader failed: {type(err).__name__}: {err}"
         else:
             record["reason"] = ("the script ended, or its budget ran out, before a loop over a DataLoader took "
                                 "enough batches to time (at least 3 after its warm-up)")
@@ -100,9 +105,23 @@ class _State:
         os._exit(0)
 
     def begin(self) -> None:
-        """The budget starts: the script takes its first iterator from a DataLoader."""
+        """The budget starts: the script takes its first iterator from a DataLoader. The
+        marker beside ``--out`` tells ``feedgpu-diagnose run`` so; a timer ends the run if no
+        loop has been timed when the budget is out."""
         if not math.isfinite(self.end):
             self.end = time.perf_counter() + self.budget_s
+            self.out.with_name(self.out.name + ".started").touch()
+            timer = threading.Timer(self.budget_s + 1.0, self.out_of_time)
+            timer.daemon = True
+            timer.start()
+
+    def out_of_time(self) -> None:
+        """The budget is out and no loop finished the run: end it, saying why."""
+        if not self.done:
+            self.done = True
+            _write(self.out, {"applied": self.applied, "reason": "the budget ran out before a loop over a "
+                              "DataLoader took enough batches to time (at least 3 after its warm-up)"})
+            os._exit(0)
 
     def window(self, now: float) -> float:
         """When a loop whose timed batches start ``now`` stops being measured: after its share
@@ -214,14 +233,19 @@ def _cuda() -> Any:
 
 def _write(path: Path, record: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, allow_nan=False, default=_plain), encoding="utf-8")
+    tmp.write_text(json.dumps(_finite(record), allow_nan=False, default=repr), encoding="utf-8")
     os.replace(tmp, path)
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return repr(value)
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity as None (JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _changed(kwargs: dict[str, Any], dataset: Any, change: dict[str, Any]) -> tuple[dict[str, Any], Any]:
@@ -263,7 +287,7 @@ def install(state: _State) -> None:
         if state.done:
             return inner
         watched = _Watched(inner, self, state, getattr(self, "_feedgpu_restore", None))
-        state.loops.append(watched)
+        state.loops.add(watched)
         return watched
 
     def changing_init(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -287,7 +311,8 @@ def _matches(named: dict[str, Any], target: dict[str, Any] | None) -> bool:
     dataset = named.get("dataset")
     if dataset is None:
         return False
-    probe = type("Probe", (), {"dataset": dataset, "batch_size": named.get("batch_size", 1)})()
+    batch_size = None if named.get("batch_sampler") is not None else named.get("batch_size", 1)
+    probe = type("Probe", (), {"dataset": dataset, "batch_size": batch_size})()
     mine = loader_signature(probe)
     return all(mine[k] == target.get(k) for k in ("dataset", "length", "batch_size"))
 
@@ -304,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     change = json.loads(args.change) if args.change else None
     state = _State(args.out, args.budget, change, change.get("target") if change else None, not args.no_try)
     install(state)
-    atexit.register(lambda: state.finish(max(state.loops, key=lambda w: w.timed, default=None)))
+    atexit.register(lambda: state.finish(max(list(state.loops), key=lambda w: w.timed, default=None)))
     sys.argv = command
     if command[0] == "-m":
         sys.argv = command[1:]

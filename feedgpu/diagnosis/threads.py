@@ -20,6 +20,7 @@ notebook 02 measured a 169x slower loop for it with 16 workers on 16 cores.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Any
@@ -27,7 +28,7 @@ from typing import Any
 import psutil
 
 __all__ = ["BUSY_THREAD_SHARE", "thread_cpu_s", "busy_threads", "OneThreadPerPool", "one_thread_pools",
-           "can_limit_pools"]
+           "can_limit_pools", "pool_threads"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,16 @@ def can_limit_pools() -> bool:
     except ImportError:
         return False
     return True
+
+
+def pool_threads() -> float:
+    """The threads of this process's largest BLAS or OpenMP pool (threadpoolctl), which a
+    forked worker inherits; NaN without threadpoolctl, 1 without such a pool."""
+    if not can_limit_pools():
+        return math.nan
+    from threadpoolctl import threadpool_info
+
+    return float(max((p.get("num_threads", 1) for p in threadpool_info()), default=1))
 
 
 class OneThreadPerPool:

@@ -5,8 +5,8 @@ machine, blanks its answers and hidden tests with nbgrader's own preprocessors (
 student release does, with the course's ``nbgrader_config.py``), puts a banner on top that
 names the machine, and builds an HTML site with Sphinx and MyST-NB: the README's course
 map as the index, a page per notebook, the README's "Diagnose your own training loop", and
-the course's reference pages (the glossary and the reflections' rubrics, which the notebooks
-link to).
+the course's glossary, which the notebooks link to (not the reflections' rubrics: they give
+the answers away, and the site blanks answers).
 Nothing is fetched at build time or view time (the default theme; formulas as MathML).
 
 Under ``build/``::
@@ -59,7 +59,10 @@ COURSE_MAP = "Course map"
 DIAGNOSE = "Diagnose your own training loop"
 #: The course's reference pages, at its root, that the notebooks link to as ``../NAME.md``
 #: (in ``work/``, where :mod:`~feedgpu.workflows.workcopy` keeps a copy): {file: the site's page}.
-REFERENCE_PAGES = {file: file.removesuffix(".md").lower() for file in REFERENCE_FILES}
+REFERENCE_PAGES = {"GLOSSARY.md": "glossary"}
+#: The reference files the site does not publish: the rubrics give the reflections' answers
+#: away, and the site blanks answers. A notebook's link to one becomes plain words.
+UNPUBLISHED = tuple(file for file in REFERENCE_FILES if file not in REFERENCE_PAGES)
 
 logger = logging.getLogger("site")
 
@@ -336,9 +339,13 @@ def page(executed, solution=None, root: Path = ROOT):
 
 def site_links(text: str) -> str:
     """A notebook's links to the course's reference pages (``../GLOSSARY.md``, from ``work/``)
-    pointed at the site's pages (``glossary.md``)."""
+    pointed at the site's pages (``glossary.md``); a link to a file the site does not
+    publish (:data:`UNPUBLISHED`) becomes its words and the file's name in the course."""
     for file, doc in REFERENCE_PAGES.items():
         text = re.sub(r"\]\((?:\.\./)+" + re.escape(file) + r"(#[^)]*)?\)", rf"]({doc}.md\1)", text)
+    for file in UNPUBLISHED:
+        text = re.sub(r"\[([^\]]*)\]\((?:\.\./)+" + re.escape(file) + r"(?:#[^)]*)?\)",
+                      rf"\1 (`{file}` in the course)", text)
     return text
 
 
@@ -357,6 +364,12 @@ def readme_section(text: str, title: str) -> str:
         raise SiteError(f"README.md has no '## {title}' section: the site shows it; put it back") from None
     end = next((i for i in range(start, len(lines)) if lines[i].startswith("## ")), len(lines))
     return "\n".join(lines[start:end]).strip()
+
+
+def _promoted(section: str) -> str:
+    """A README section's subheadings one level up: on its own page the section's title is
+    the page's ``#``, so its ``###`` become ``##`` (no level skipped)."""
+    return re.sub(r"^#(#{2,}) ", r"\1 ", section, flags=re.M)
 
 
 def index_page(readme_text: str, names: list[str], references: Iterable[str] = ()) -> str:
@@ -392,7 +405,7 @@ def write_sources(src: Path, pages: dict, readme_text: str, references: dict[str
     src.mkdir(parents=True, exist_ok=True)
     references = references or {}
     files = {"conf.py": CONF_PY, "index.md": index_page(readme_text, list(pages), references),
-             "diagnose.md": f"# {DIAGNOSE}\n\n{readme_section(readme_text, DIAGNOSE)}\n"}
+             "diagnose.md": f"# {DIAGNOSE}\n\n{_promoted(readme_section(readme_text, DIAGNOSE))}\n"}
     files.update({f"{doc}.md": text for doc, text in references.items()})
     files.update({f"{name}.ipynb": nbformat.writes(nb) for name, nb in pages.items()})
     for name, text in files.items():
