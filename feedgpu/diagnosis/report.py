@@ -41,7 +41,7 @@ from typing import Any
 from .causes import (GROWTH_KB_PER_ITEM, GROWTH_MB, HAND_OVER_SHARE, INPUT_BOUND_SHARE, MODERATE_SHARE,
                      START_UP_SHARE, Finding, band_of, ms, pct)
 
-__all__ = ["Diagnosis"]
+__all__ = ["Diagnosis", "json_ready"]
 
 #: The stages of :attr:`Diagnosis.breakdown`, in order, with their labels.
 STAGES: dict[str, str] = {
@@ -54,14 +54,14 @@ STAGES: dict[str, str] = {
 }
 
 
-def _clean(value: Any) -> Any:
+def json_ready(value: Any) -> Any:
     """``value`` for JSON: NaN and infinities become None, containers are walked."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_ready(v) for v in value]
     return value
 
 
@@ -116,7 +116,7 @@ class Diagnosis:
     # ------------------------------------------------------------------ figures
     def to_dict(self) -> dict[str, Any]:
         """Every figure as plain JSON-ready values (see the module's docstring)."""
-        return _clean({
+        return json_ready({
             "verdict": self.verdict,
             "causes": list(self.causes),
             "data_wait_share": self.data_wait_share,

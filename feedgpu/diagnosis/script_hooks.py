@@ -38,6 +38,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from .report import json_ready
+
 __all__ = ["TIMED", "loader_signature", "loop_figures", "timed_iterator", "main"]
 
 #: Batches timed in a script's training loop at most (after its warm-up).
@@ -233,22 +235,11 @@ def _cuda() -> Any:
 
 def _write(path: Path, record: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_finite(record), allow_nan=False, default=repr), encoding="utf-8")
+    tmp.write_text(json.dumps(json_ready(record), allow_nan=False, default=repr), encoding="utf-8")
     os.replace(tmp, path)
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with every NaN or infinity as None (JSON has neither)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
-def _changed(kwargs: dict[str, Any], dataset: Any, change: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+def _changed(kwargs: dict[str, Any], change: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     """The loader's arguments with the one setting changed, and the restore for its batches."""
     from .collate import SharedTensorCollate, restore
     from .threads import OneThreadPerPool
@@ -294,7 +285,7 @@ def install(state: _State) -> None:
         named = dict(zip(parameters, args)) | kwargs
         restore = None
         if state.change is not None and not state.applied and _matches(named, state.target):
-            named, restore = _changed(named, named.get("dataset"), state.change)
+            named, restore = _changed(named, state.change)
             state.applied = True
         original_init(self, **named)
         if restore is not None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any
 
 import psutil
@@ -98,8 +98,7 @@ def one_thread_pools() -> Iterator[None]:
     afterwards; nothing when threadpoolctl is not installed."""
     if not can_limit_pools():
         logger.debug("threadpoolctl is not installed: the pools keep their threads")
-        with nullcontext():
-            yield
+        yield
         return
     from threadpoolctl import threadpool_limits
 
