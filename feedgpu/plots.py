@@ -27,14 +27,16 @@ import math
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .checks import check_int, check_seconds
 from .copies import STRATEGIES, CopyCosts, CostFit, pin_then_copy_limit, pin_then_copy_slowdown
-from .measure.timing import LoaderTiming
 from .model import simulate, steady_state_time_per_batch
 from .palette import BLUE, GREY, LIGHT, ORANGE, PURPLE, SERIES, SKY, VERMILLION, YELLOW, use_palette
 from .simdevice import ENGINES, Span
+
+if TYPE_CHECKING:  # an annotation only: importing it would import torch
+    from .measure.timing import LoaderTiming
 
 __all__ = [
     "SUMMARY_PREFIX",

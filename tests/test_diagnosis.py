@@ -30,7 +30,9 @@ from feedgpu.diagnosis import CAUSES, Diagnosis, clone_loader, diagnose, main, w
 from feedgpu.diagnosis.causes import Evidence, find_causes
 from feedgpu.diagnosis.cloning import sampled_loader
 from feedgpu.diagnosis.collate import SharedTensorCollate, restore
-from feedgpu.diagnosis.runs import MemoryGrowth
+from feedgpu.diagnosis import storage
+from feedgpu.diagnosis.causes import MemoryGrowth
+from feedgpu.diagnosis.runs import Snapshot, _cpu_rates
 from feedgpu.diagnosis.threads import OneThreadPerPool, busy_threads, can_limit_pools
 from feedgpu.diagnosis.whatif import Costs
 from feedgpu.measure.memory import process_roles
@@ -42,8 +44,12 @@ from feedgpu.workloads.planted import PLANTED, healthy, slow_worker_start, too_f
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_S = 5.0  # the budget of each planted diagnosis here
+MAX_S = 5.0  # the budget of a planted diagnosis whose measured fix is held to a bound here
+#: Cases with no fix measured against a bound (none to try, or only named): 3 s names their
+#: cause on a busy 2-core machine (15 of 15 runs here, 3 of them beside a busy core).
+SHORT_MAX_S = 3.0
 SLEEPING = ("main-process-loading", "too-few-workers", "worker-start-up")  # whose fix the model predicts here
+MEASURED_FIX = (*SLEEPING, "hand-over")
 STABLE_KEYS = {"verdict", "causes", "data_wait_share", "busy_share", "try_first"}
 
 
@@ -72,7 +78,8 @@ def test_diagnosis_names_the_planted_cause(name, no_worker_left):
     """Each planted loader gets its cause (the healthy one none) and the setting to try first."""
     case = PLANTED[name]
     start = time.perf_counter()
-    result = diagnose(case.factory(), **case.diagnose_kwargs(), max_seconds=MAX_S, progress=False)
+    budget = MAX_S if name in MEASURED_FIX else SHORT_MAX_S
+    result = diagnose(case.factory(), **case.diagnose_kwargs(), max_seconds=budget, progress=False)
     elapsed = time.perf_counter() - start
     found = result.to_dict()
     assert STABLE_KEYS <= set(found), f"the stable keys: {sorted(found)}"
@@ -89,7 +96,7 @@ def test_diagnosis_names_the_planted_cause(name, no_worker_left):
     else:
         assert found["try_first"] is not None and found["try_first"]["setting"] == case.setting, (
             f"{name}: should try {case.setting} first:\n{result}")
-    assert elapsed <= 2 * MAX_S + 5, f"{name}: a {MAX_S} s budget took {elapsed:.1f} s"
+    assert elapsed <= 2 * budget + 5, f"{name}: a {budget} s budget took {elapsed:.1f} s"
     json.dumps(found, allow_nan=False)  # plain JSON: no NaN, no objects
     tried = found["try_first"]
     if name in SLEEPING:  # items that sleep: the model's prediction holds, generously
@@ -289,6 +296,32 @@ def test_storage_bound_is_workers_reading_no_more_than_one_process():
     assert causes(**reads) == ["too-few-workers"], "reads not counted (macOS): the old verdict"
     cap = Costs(0.066, 0.02, 0.0005, 0.001, 0.05, 2, storage_s=0.066)
     assert cap.s_per_batch(8) == pytest.approx(0.066) and "storage sets the pace" in cap.explain(8)
+
+
+def test_io_wait_is_read_only_where_the_kernel_counts_it(tmp_path, monkeypatch):
+    """Linux reports 0 s of I/O wait whatever the waits unless delay accounting is on: the
+    diagnosis then reads none (None, never 0), and says the share only where it was counted."""
+    switch = tmp_path / "task_delayacct"
+    monkeypatch.setattr(storage, "DELAY_ACCOUNTING", switch)
+    switch.write_text("0\n")
+    assert not storage.delay_accounting() and storage.io_wait_s(os.getpid()) is None, "off: not counted"
+    switch.write_text("1\n")
+    assert storage.delay_accounting() and isinstance(storage.io_wait_s(os.getpid()), float)
+    switch.unlink()
+    assert storage.io_wait_s(os.getpid()) is None, "no such switch (not Linux): not counted"
+
+    def snap(wall, waits):
+        return Snapshot(wall, 0.0, 0.0, 0.0, list(waits), io_waits=waits)
+
+    rates = _cpu_rates(snap(10.0, {1: 1.0, 2: 2.0}), snap(12.0, {1: 2.0, 2: 2.5}), [], cores=2)
+    assert rates["workers_io_wait_share"] == pytest.approx((1.0 + 0.5) / (2.0 * 2)), "the workers' mean share"
+    assert math.isnan(_cpu_rates(snap(10.0, {1: None}), snap(12.0, {1: None}), [], cores=2)["workers_io_wait_share"])
+
+    reads = dict(item_read_bytes=256 * 1024, item_read_per_s=30e6, read_per_s=30e6)
+    (counted,) = find_causes(evidence(**reads, io_wait_share=0.42))
+    (uncounted,) = find_causes(evidence(**reads))
+    assert counted.cause == uncounted.cause == "storage-bound"
+    assert "block I/O 42%" in counted.sentence and "block I/O" not in uncounted.sentence, uncounted.sentence
 
 
 def test_busy_threads_count_what_ran_a_tenth_of_the_span():

@@ -60,15 +60,17 @@ def test_fork_bomb_is_stopped_and_cleaned_up():
 
 
 def test_orphans_and_new_sessions_are_killed_at_the_end():
+    # durations no other process on the machine sleeps for: the check below looks at every process
+    escaped, orphan = "300.0417", "301.0417"
     code = ("import subprocess, time\n"
-            "subprocess.Popen(['sleep', '300'], start_new_session=True)\n"  # escapes the session
-            "subprocess.Popen(['sh', '-c', 'sleep 301 &'])\n"  # an orphan, re-parented to init
+            f"subprocess.Popen(['sleep', '{escaped}'], start_new_session=True)\n"  # escapes the session
+            f"subprocess.Popen(['sh', '-c', 'sleep {orphan} &'])\n"  # an orphan, re-parented to init
             "time.sleep(3)")  # the watchdog must see the children while their parent lives (busy CI)
     o = run_limited([PY, "-c", code], Limits(wall_s=60))
     assert o.returncode == 0 and o.killed_for is None, o
     assert o.leftovers_killed >= 2, o.leftovers_killed
     alive = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
-             if p.info["cmdline"] and p.info["cmdline"][:2] in (["sleep", "300"], ["sleep", "301"])]
+             if p.info["cmdline"] and p.info["cmdline"][:2] in (["sleep", escaped], ["sleep", orphan])]
     assert alive == [], alive
 
 

@@ -56,18 +56,38 @@ the verdict, the causes and the predictions, and answers "what if my step, or my
 machine, were this?" (:mod:`.replaying`).
 
 ``feedgpu.diagnose.watch`` is :func:`watch`, set as an attribute of the function.
+
+Importing this package imports no torch: the names below load on first use, so that
+``feedgpu-diagnose --help``, ``--replay`` and the parent of ``run`` (which measures in the
+script's own process) start in a fraction of a second, and a JSON file replays on a
+machine without torch.
 """
 
 from __future__ import annotations
 
-from .causes import CAUSES, INPUT_BOUND_SHARE
-from .cloning import clone_loader
-from .command import main
-from .procedure import diagnose
-from .replaying import replay
-from .report import Diagnosis
-from .watching import Watch, watch
+import importlib
+from typing import Any
 
-diagnose.watch = watch  # type: ignore[attr-defined]  # feedgpu.diagnose.watch(loader)
+from .command import main
+
+#: Each public name and the module it comes from (loaded on first use).
+_HOMES = {
+    "diagnose": ".procedure", "replay": ".replaying", "watch": ".watching", "Watch": ".watching",
+    "Diagnosis": ".report", "CAUSES": ".causes", "INPUT_BOUND_SHARE": ".causes", "clone_loader": ".cloning",
+}
 
 __all__ = ["diagnose", "watch", "replay", "Watch", "Diagnosis", "CAUSES", "INPUT_BOUND_SHARE", "clone_loader", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOMES[name], __name__), name)
+    if name == "diagnose" and not hasattr(value, "watch"):
+        value.watch = __getattr__("watch")  # feedgpu.diagnose.watch(loader)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

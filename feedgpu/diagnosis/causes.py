@@ -30,6 +30,8 @@ the thresholds are module constants, stated here and in the README:
   ``storage-bound`` instead of ``too-few-workers``: they queue on one storage channel at
   its limit (a network file system, a cold cache, a throttled disk), and more workers
   would queue too. One worker cannot show it: its rate is one process's either way.
+  Where the kernel counts the workers' block I/O wait (delay accounting,
+  :func:`~.storage.io_wait_s`), its share joins the sentence; it names nothing alone.
 * ``worker-start-up``: without persistent workers, starting them (the first batch's
   time beyond one batch's cost) is at least :data:`START_UP_SHARE` of an epoch.
 * ``memory-growth``: what an epoch will cost each worker. The growth must first be
@@ -64,12 +66,10 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from .runs import MemoryGrowth
-
 __all__ = [
     "CAUSES", "INPUT_BOUND_SHARE", "MODERATE_SHARE", "HAND_OVER_SHARE", "COMPUTING_SHARE", "IDLE_SHARE",
     "OWN_CPU_SHARE", "START_UP_SHARE", "GROWTH_MB", "GROWTH_KB_PER_ITEM", "EPOCH_GROWTH_MB", "THREADS_PER_WORKER", "STORAGE_SHARE", "READ_MIN_BYTES", "MAIN_WORK_SHARE",
-    "MAIN_WORK_MIN_S", "DEVICE_MIN_SHARE", "Evidence", "Finding",
+    "MAIN_WORK_MIN_S", "DEVICE_MIN_SHARE", "MemoryGrowth", "Evidence", "Finding",
     "verdict_of", "find_causes", "ms", "pct",
 ]
 
@@ -115,6 +115,35 @@ def pct(share: float) -> str:
 
 
 @dataclass
+class MemoryGrowth:
+    """What each worker's USS did between two samples of a run.
+
+    Attributes:
+        per_worker_mb: USS growth of each worker, MB (2**20 bytes), in pid order; never
+            below zero (a worker whose USS fell added nothing).
+        items_per_worker: items each worker read between the samples (about: the batches
+            returned, times the batch size, shared between the workers).
+        reason: why nothing was measured (then ``per_worker_mb`` is empty), or None.
+    """
+
+    per_worker_mb: list[float]
+    items_per_worker: float
+    reason: str | None = None
+
+    @property
+    def mean_mb(self) -> float:
+        """Mean growth per worker, MB (NaN when not measured)."""
+        return sum(self.per_worker_mb) / len(self.per_worker_mb) if self.per_worker_mb else math.nan
+
+    @property
+    def kb_per_item(self) -> float:
+        """Mean growth per item a worker read, KB (NaN when not measured)."""
+        if not self.per_worker_mb or self.items_per_worker <= 0:
+            return math.nan
+        return self.mean_mb * 1024 / self.items_per_worker
+
+
+@dataclass
 class Evidence:
     """What a measured loop showed, in the quantities the causes are named from.
 
@@ -146,6 +175,9 @@ class Evidence:
         read_per_s: bytes the workers read per second together over the timed batches (NaN: unknown).
         item_read_bytes, item_read_per_s: bytes one item reads, and the bytes per second one
             process reads fetching items alone, from the item probe (NaN: unknown).
+        io_wait_share: the share of the timed batches' time a worker waited for block I/O,
+            the workers' mean (:func:`~feedgpu.diagnosis.storage.io_wait_s`; NaN where the
+            kernel does not count it).
     """
 
     num_workers: int
@@ -174,6 +206,7 @@ class Evidence:
     read_per_s: float = math.nan
     item_read_bytes: float = math.nan
     item_read_per_s: float = math.nan
+    io_wait_share: float = math.nan
 
     @property
     def storage_limited(self) -> bool:
@@ -323,7 +356,9 @@ def _wait_cause(ev: Evidence) -> Finding:
                        f"{ev.read_per_s / ev.item_read_per_s:.1f} times what one process reads alone "
                        f"({_rate(ev.item_read_per_s)}, {_mb(ev.item_read_bytes / 2**20)} an item), where "
                        f"{ev.num_workers} independent readers would read {ev.num_workers} times as much: they queue on "
-                       f"one storage channel at its limit, and the loop waits {ms(ev.wait_s)} per batch for it.",
+                       f"one storage channel at its limit, and the loop waits {ms(ev.wait_s)} per batch for it."
+                       + (f" The kernel counts each worker waiting for block I/O {pct(ev.io_wait_share)} of its time."
+                          if math.isfinite(ev.io_wait_share) else ""),
                        "More workers would queue too. Read less or from faster storage: copy the data to a local "
                        "disk or into memory first, cache what you read, store smaller items (images at the size "
                        "you train on), or read large shards sequentially instead of many small files.")

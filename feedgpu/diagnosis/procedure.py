@@ -243,7 +243,8 @@ class _Diagnosis:
                 device_s=self.step_off_cpu_s, worker_threads=b.cpu.get("worker_threads", math.nan),
                 pool_threads=pool_threads(),
                 read_per_s=b.cpu.get("workers_read_per_s", math.nan), item_read_bytes=self.items.read_bytes,
-                item_read_per_s=self.items.read_per_s)
+                item_read_per_s=self.items.read_per_s,
+                io_wait_share=b.cpu.get("workers_io_wait_share", math.nan))
         # no batch could be timed within the budget: judge from the item probe and the model
         self.notes.append("the baseline could not be timed within the budget: its figures are the model's "
                           "estimate from the item probe (raise max_seconds for a measurement)")

@@ -36,9 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import check_number, check_seconds
-from .causes import Evidence, find_causes, verdict_of
+from .causes import Evidence, MemoryGrowth, find_causes, verdict_of
 from .report import Diagnosis
-from .runs import MemoryGrowth
 from .whatif import Costs, max_workers, predicted_tries
 
 __all__ = ["replay", "read_diagnosis", "estimated_cores"]

@@ -33,8 +33,9 @@ from torch.utils.data import DataLoader
 
 from ..measure.memory import MemoryProbe, available_kinds, process_roles, summarize, worker_growth_mb
 from ..measure.timing import LoaderTiming, shutdown_workers, time_loader
-from .storage import read_chars
+from .storage import delay_accounting, io_wait_s, read_chars
 from .threads import busy_threads, thread_cpu_s
+from .causes import MemoryGrowth
 from .cloning import sampled_loader
 
 __all__ = ["Snapshot", "MemoryGrowth", "Run", "Bounded", "measure_run", "quiet_loader_warnings"]
@@ -79,40 +80,14 @@ class Snapshot:
     workers: list[int]
     threads: dict[int, dict[int, float]] = field(default_factory=dict)
     reads: dict[int, int | None] = field(default_factory=dict)
+    io_waits: dict[int, float | None] = field(default_factory=dict)
 
     @classmethod
     def take(cls, workers: list[int]) -> Snapshot:
+        counted = delay_accounting()
         return cls(time.perf_counter(), _cpu_s([os.getpid()]), _cpu_s(workers), psutil.cpu_times().idle, workers,
-                   {pid: thread_cpu_s(pid) for pid in workers}, {pid: read_chars(pid) for pid in workers})
-
-
-@dataclass
-class MemoryGrowth:
-    """What each worker's USS did between two samples of a run.
-
-    Attributes:
-        per_worker_mb: USS growth of each worker, MB (2**20 bytes), in pid order; never
-            below zero (a worker whose USS fell added nothing).
-        items_per_worker: items each worker read between the samples (about: the batches
-            returned, times the batch size, shared between the workers).
-        reason: why nothing was measured (then ``per_worker_mb`` is empty), or None.
-    """
-
-    per_worker_mb: list[float]
-    items_per_worker: float
-    reason: str | None = None
-
-    @property
-    def mean_mb(self) -> float:
-        """Mean growth per worker, MB (NaN when not measured)."""
-        return sum(self.per_worker_mb) / len(self.per_worker_mb) if self.per_worker_mb else math.nan
-
-    @property
-    def kb_per_item(self) -> float:
-        """Mean growth per item a worker read, KB (NaN when not measured)."""
-        if not self.per_worker_mb or self.items_per_worker <= 0:
-            return math.nan
-        return self.mean_mb * 1024 / self.items_per_worker
+                   {pid: thread_cpu_s(pid) for pid in workers}, {pid: read_chars(pid) for pid in workers},
+                   {pid: io_wait_s(pid, counted) for pid in workers})
 
 
 class Bounded:
@@ -227,7 +202,8 @@ class Run:
             the main thread's CPU inside ``next()`` per timed batch, this process's and the
             workers' CPU seconds per second of the timed batches (all threads, all workers),
             the machine's idle share of its cores then, the bytes the workers read per second
-            (``workers_read_per_s``, :mod:`.storage`), and the busy threads of a worker
+            (``workers_read_per_s``, :mod:`.storage`), the share of their time the workers
+            waited for block I/O (``workers_io_wait_share``, where the kernel counts it), and the busy threads of a worker
             (:func:`~feedgpu.diagnosis.threads.busy_threads`, the workers' mean; NaN where
             they cannot be read). Empty when not measured.
         memory: each worker's USS growth over the timed batches (first pass), when asked.
@@ -286,8 +262,11 @@ def _cpu_rates(start: Snapshot, end: Snapshot, next_cpu: list[float], cores: int
     threads = [busy_threads(start.threads.get(pid, {}), after, wall) for pid, after in end.threads.items() if after]
     reads = [end.reads[pid] - start.reads[pid] for pid in end.reads
              if end.reads[pid] is not None and start.reads.get(pid) is not None]
+    waits = [end.io_waits[pid] - start.io_waits[pid] for pid in end.io_waits
+             if end.io_waits[pid] is not None and start.io_waits.get(pid) is not None]
     return {
         "workers_read_per_s": sum(reads) / wall if reads else math.nan,
+        "workers_io_wait_share": min(max(sum(waits) / (wall * len(waits)), 0.0), 1.0) if waits else math.nan,
         "worker_threads": sum(threads) / len(threads) if threads else math.nan,
         "main_next_s": sum(next_cpu) / len(next_cpu) if next_cpu else math.nan,
         "main_per_s": (end.main_cpu_s - start.main_cpu_s) / wall,

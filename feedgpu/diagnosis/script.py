@@ -41,7 +41,7 @@ from typing import Any
 
 from .report import Diagnosis
 
-__all__ = ["FIRST_SHARE", "PREFIX", "ScriptError", "script_command", "diagnose_script"]
+__all__ = ["FIRST_SHARE", "SECOND_MIN_S", "PREFIX", "ScriptError", "script_command", "diagnose_script"]
 
 #: Share of the budget the first run (measure, then diagnose) may take.
 FIRST_SHARE = 0.7
@@ -51,6 +51,9 @@ PREFIX = "[script] "
 #: script's own set-up), and then to end after its budget.
 START_S = 180.0
 GRACE_S = 20.0
+#: Seconds the second run's loop gets at least, however small the budget: time for its
+#: workers to start and a few dozen batches of a typical loop.
+SECOND_MIN_S = 3.0
 
 
 class ScriptError(RuntimeError):
@@ -164,7 +167,7 @@ def diagnose_script(command: Sequence[str], max_seconds: float = 60, try_fix: bo
         t = result.try_first
         if try_fix and t and t.get("setting") in ("num_workers", "persistent_workers", "worker_init_fn", "collate_fn"):
             change = {"setting": t["setting"], "value": t["value"], "target": first["loader"]}
-            left = max(max_seconds * (1 - FIRST_SHARE), 5.0)
+            left = max(max_seconds * (1 - FIRST_SHARE), SECOND_MIN_S)
             try:
                 second = _run(script, left, Path(tmp) / "second.json", ["--change", json.dumps(change)], echo)
             except ScriptError as err:  # the first run's diagnosis stands

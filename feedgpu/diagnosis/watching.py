@@ -38,11 +38,11 @@ from ..checks import check_int
 from ..measure.machine import total_memory_mb, usable_cores
 from ..measure.memory import MemoryProbe, available_kinds, process_roles, summarize
 from ..measure.timing import shutdown_workers
-from .causes import Evidence, find_causes, ms, verdict_of
+from .causes import Evidence, MemoryGrowth, find_causes, ms, verdict_of
 from .cloning import loader_settings
 from .probes import crosses_pickled, in_flight_mb
 from .report import Diagnosis
-from .runs import MemoryGrowth, Snapshot, quiet_loader_warnings
+from .runs import Snapshot, quiet_loader_warnings
 
 __all__ = ["Watch", "watch"]
 
