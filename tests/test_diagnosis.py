@@ -283,6 +283,29 @@ def test_thread_oversubscription_is_busy_threads_on_full_cores():
         "no pool of more than one thread here: the second busy thread is another (a queue's feeder)")
 
 
+@pytest.mark.parametrize("cores", [2, 4, 8, 16])
+def test_the_new_causes_hold_on_2_to_16_cores(cores):
+    """The three causes on a machine of 2 to 16 cores, one worker per core as the planted
+    loaders have: a BLAS pool of 2 threads in each worker oversubscribes any machine whose
+    cores are full, a quarter as many workers with 3 threads each (0.75 threads a core)
+    does not; workers that read together what one process reads are storage-bound at any
+    count, and 80% of what as many independent readers would read is not; CPU in the step
+    is named whatever the cores."""
+    full = dict(num_workers=cores, cores=cores, workers_cpu_per_s=0.95 * cores, idle_share=0.02,
+                main_cpu_per_s=0.05 * cores)
+    assert causes(**full, worker_threads=2.0) == ["thread-oversubscription"]
+    assert causes(**full, worker_threads=1.0) == ["cpu-saturated"]
+    if cores >= 4:
+        quarter = dict(full, num_workers=cores // 4, workers_cpu_per_s=0.95 * (cores // 4))
+        assert causes(**quarter, worker_threads=3.0) == ["cpu-saturated"], (
+            f"{cores // 4} workers x 3 threads on {cores} cores: fewer threads than cores")
+    reads = dict(num_workers=cores, cores=cores, item_read_bytes=256 * 1024, item_read_per_s=30e6)
+    assert causes(**reads, read_per_s=30e6) == ["storage-bound"]
+    assert causes(**reads, read_per_s=0.8 * cores * 30e6) == ["too-few-workers"], "independent readers"
+    assert causes(cores=cores, num_workers=cores, data_wait_share=0.05, s_per_batch=0.028, step_s=0.026,
+                  step_cpu_s=0.015, device_s=0.010) == ["main-thread-work"]
+
+
 def test_storage_bound_is_workers_reading_no_more_than_one_process():
     """Two workers that read 30 MB/s together where one process alone reads 30: a channel
     at its limit. Twice that is two independent readers (too few of them); one worker, or
