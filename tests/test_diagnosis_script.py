@@ -20,7 +20,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from feedgpu.diagnosis.script import PREFIX, ScriptError, script_command
+from feedgpu.diagnosis.report import Diagnosis
+from feedgpu.diagnosis.script import PREFIX, ScriptError, _compare, script_command
 from feedgpu.diagnosis.script_hooks import loop_figures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,3 +95,47 @@ def test_a_lightning_datamodule_trained_by_trainer_fit_is_diagnosed(tmp_path):
     assert found["settings"]["num_workers"] == 0 and found["settings"]["batch_size"] == 32, found["settings"]
     assert found["try_first"]["setting"] == "num_workers", found["try_first"]
     assert PREFIX not in done.stdout, "--quiet hides the script's output"
+
+
+def _diagnosis_trying_two_workers():
+    found = json.loads((ROOT / "readings" / "h200-2026-11-26" / "diagnosis_nw0.json").read_text())
+    result = Diagnosis.from_dict(found)
+    result.try_first = {"setting": "num_workers", "value": 2, "predicted_speedup": 1.8}
+    return result
+
+
+def test_a_second_run_short_of_the_prediction_says_when_its_step_lost_its_cores():
+    """1.14x where 1.8x was predicted, the step stretched from 16 to 40 ms beside the workers
+    (as torch's threads beside two decoding workers on 2 cores): a note says so, with what to
+    try. Short of it with the step as it was, or as predicted with the step stretched: none."""
+    target = {"dataset": "d", "length": 10, "batch_size": 32}
+    first = {"s_per_batch": 0.064, "timed_batches": 70, "step_s": 0.016}
+
+    def notes(new_s, new_step):
+        result = _diagnosis_trying_two_workers()
+        second = {"applied": True, "loader": target,
+                  "loop": {"s_per_batch": new_s, "timed_batches": 80, "step_s": new_step}}
+        _compare(result, first, second, target)
+        assert result.try_first["script_measured_speedup"] == pytest.approx(0.064 / new_s)
+        return [n for n in result.notes if "lost the cores" in n]
+
+    (note,) = notes(0.056, 0.040)
+    assert "40 ms" in note and "2.5x" in note and "torch.set_num_threads" in note, note
+    assert notes(0.056, 0.017) == [], "the step kept its time: something else fell short"
+    assert notes(0.036, 0.040) == [], "1.78x of 1.8x predicted: nothing fell short"
+
+
+def test_a_step_replayed_from_a_cpu_only_script_names_no_main_thread_work():
+    """A CPU-only script's step is off its thread's CPU while torch's other threads, or the
+    workers, hold the cores: played again with ``accelerator=False`` it is no wait for a
+    device, and main-thread-work (named for the same step with an accelerator, the planted
+    case) is not named."""
+    from feedgpu.diagnosis import diagnose
+    from feedgpu.diagnosis.accelerator import ReplayedStep
+    from feedgpu.workloads.planted import main_thread_work
+
+    step = ReplayedStep(0.015, 0.010, accelerator=False)
+    assert "accelerator=False" in repr(step)
+    result = diagnose(main_thread_work(), step, max_seconds=2.5, try_fix=False, progress=False)
+    assert "main-thread-work" not in result.causes, str(result)
+    assert result.to_dict()["evidence"]["device_s"] is None, "no device time where there is no device"

@@ -74,13 +74,19 @@ class ReplayedStep:
     for an accelerator does. ``feedgpu-diagnose run`` diagnoses a script's loader with the
     step its loop measured; the planted ``main-thread-work`` loop uses it too.
 
+    ``accelerator=False`` says that the original ran on no accelerator (a CPU-only
+    script): its time off this thread's CPU was spent waiting for torch's other threads, or
+    for a core beside busy workers, not for a device, and the diagnosis names no
+    ``main-thread-work`` from it.
+
     Raises:
         ValueError, TypeError: a time negative, not finite or not a number.
     """
 
-    def __init__(self, cpu_s: float, device_s: float) -> None:
+    def __init__(self, cpu_s: float, device_s: float, accelerator: bool = True) -> None:
         self.cpu_s = check_seconds("cpu_s", cpu_s)
         self.device_s = check_seconds("device_s", device_s)
+        self.accelerator = bool(accelerator)
 
     def __call__(self, batch: Any) -> None:
         deadline = time.thread_time() + self.cpu_s
@@ -91,7 +97,8 @@ class ReplayedStep:
         time.sleep(self.device_s)
 
     def __repr__(self) -> str:
-        return f"ReplayedStep(cpu_s={self.cpu_s:.4g}, device_s={self.device_s:.4g})"
+        off = "" if self.accelerator else ", accelerator=False"
+        return f"ReplayedStep(cpu_s={self.cpu_s:.4g}, device_s={self.device_s:.4g}{off})"
 
 
 class TimedStep:

@@ -211,8 +211,10 @@ class _Diagnosis:
         if len(walls) >= 2:
             self.step_alone = Reading(walls, threads=torch_threads_now())
             self.step_guess, self.step_cpu = self.step_alone.median_s, timed.cpu_share
-        # the step alone, off the CPU: its wait for an accelerator (no worker takes a core from it yet)
-        self.step_off_cpu_s = self.step_guess * max(1.0 - self.step_cpu, 0.0)
+        # the step alone, off the CPU: its wait for an accelerator (no worker takes a core from it yet),
+        # unless the step says it had none (a CPU-only script's step, played again)
+        self.step_off_cpu_s = (self.step_guess * max(1.0 - self.step_cpu, 0.0)
+                               if getattr(self.step, "accelerator", True) else math.nan)
 
     def measure_baseline(self) -> None:
         self.budget.begin("baseline")

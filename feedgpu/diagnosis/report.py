@@ -210,6 +210,8 @@ class Diagnosis:
         lines = [f"Diagnosis of a DataLoader ({self._settings_text()}) with {self.step}"]
         if self.max_seconds is not None:
             lines[0] += f"; {self.elapsed_s:.1f} s of a {self.max_seconds:g} s budget"
+            if self.source == "run":  # the budget counts from each run's first loop, not its start-up
+                lines[0] += " and the script's start-ups"
         lines.append(f"verdict: {self.headline()}")
         if self.gpu_busy_share is not None:
             lines.append(f"GPU busy (CUDA events): {pct(self.gpu_busy_share)}")

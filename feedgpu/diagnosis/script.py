@@ -51,6 +51,10 @@ PREFIX = "[script] "
 #: script's own set-up), and then to end after its budget.
 START_S = 180.0
 GRACE_S = 20.0
+#: The second run's speed-up below this share of the prediction, with its step stretched by
+#: :data:`STRETCHED` or more: a note says why (the step lost its cores to the workers).
+SHORT_OF = 0.75
+STRETCHED = 1.25
 #: Seconds the second run's loop gets at least, however small the budget: time for its
 #: workers to start and a few dozen batches of a typical loop.
 SECOND_MIN_S = 3.0
@@ -193,3 +197,12 @@ def _compare(result: Diagnosis, loop: dict[str, Any], second: dict[str, Any], ta
         result.notes.append(f"the script run again with {t['setting']}={t['value']}: "
                             f"{new * 1e3:.3g} ms a batch over {second['loop']['timed_batches']} timed batches, "
                             f"{t['script_measured_speedup']:.2f}x (the model predicted {t['predicted_speedup']:.2f}x)")
+        step, new_step = loop.get("step_s") or 0.0, second["loop"].get("step_s") or 0.0
+        short = t["script_measured_speedup"] < SHORT_OF * t["predicted_speedup"]
+        if short and step > 0 and new_step > STRETCHED * step:
+            result.notes.append(
+                f"the script's step took {new_step * 1e3:.3g} ms a batch in the second run, {new_step / step:.1f}x its "
+                f"{step * 1e3:.3g} ms in the first: beside the workers it lost the cores the model gave it. A step on "
+                "torch's threads (one per core by default) takes turns with busy workers; give the main process "
+                "fewer threads (torch.set_num_threads, or OMP_NUM_THREADS=1) so the workers keep their cores, "
+                "or use a machine with more cores")

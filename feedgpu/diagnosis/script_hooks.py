@@ -139,7 +139,9 @@ class _State:
         cpu = min(loop["step_cpu_s"], loop["step_s"])
         device = max(loop["step_s"] - cpu, (loop.get("device_s") or 0.0) - cpu, 0.0)
         left = max(self.end - time.perf_counter(), 2.0) if math.isfinite(self.end) else self.budget_s / 2
-        result = diagnose(loader, ReplayedStep(cpu, device), max_seconds=left, try_fix=self.try_fix, progress=False)
+        # a loop with no accelerator waited off the CPU for torch's threads or a core, not a device
+        step = ReplayedStep(cpu, device, accelerator=loop.get("device_s") is not None or _accelerator())
+        result = diagnose(loader, step, max_seconds=left, try_fix=self.try_fix, progress=False)
         result.step = (f"the script's own step ({loop['step_s'] * 1e3:.3g} ms a batch, {cpu * 1e3:.3g} ms of it "
                        "CPU), played again")
         return result.to_dict()
@@ -231,6 +233,14 @@ def _cuda() -> Any:
     import torch
 
     return torch.cuda if torch.cuda.is_available() else None
+
+
+def _accelerator() -> bool:
+    """Whether this process has an accelerator (CUDA, ROCm, MPS, XPU...: ``torch.accelerator``)."""
+    import torch
+
+    found = getattr(torch, "accelerator", None)
+    return bool(found.is_available()) if found is not None else torch.cuda.is_available()
 
 
 def _write(path: Path, record: dict[str, Any]) -> None:
