@@ -38,7 +38,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from ..checks import check_number, check_seconds
 from ..measure.machine import total_memory_mb, usable_cores
 from ..measure.transfer import payload_bytes
-from .accelerator import SimulatedAccelerator, TimedStep
+from .accelerator import ReplayedStep, SimulatedAccelerator, TimedStep
 from .causes import Evidence, Finding, find_causes, ms, verdict_of
 from .cloning import check_importable, loader_settings, start_method_of
 from .collate import SharedTensorCollate, restore
@@ -213,8 +213,8 @@ class _Diagnosis:
             self.step_guess, self.step_cpu = self.step_alone.median_s, timed.cpu_share
         # the step alone, off the CPU: its wait for an accelerator (no worker takes a core from it yet),
         # unless the step says it had none (a CPU-only script's step, played again)
-        self.step_off_cpu_s = (self.step_guess * max(1.0 - self.step_cpu, 0.0)
-                               if getattr(self.step, "accelerator", True) else math.nan)
+        no_device = isinstance(self.step, ReplayedStep) and not self.step.accelerator
+        self.step_off_cpu_s = math.nan if no_device else self.step_guess * max(1.0 - self.step_cpu, 0.0)
 
     def measure_baseline(self) -> None:
         self.budget.begin("baseline")

@@ -141,7 +141,7 @@ class _State:
         device = max(loop["step_s"] - cpu, (loop.get("device_s") or 0.0) - cpu, 0.0)
         left = max(self.end - time.perf_counter(), 2.0) if math.isfinite(self.end) else self.budget_s / 2
         # a loop with no accelerator waited off the CPU for torch's threads or a core, not a device
-        step = ReplayedStep(cpu, device, accelerator=loop.get("device_s") is not None or _accelerator())
+        step = ReplayedStep(cpu, device, accelerator=_accelerator())
         # The diagnosis forks its workers from the script's process after its loop ran, a heap the
         # script's own workers were not forked from. Unfrozen, a worker's first full collection
         # writes to the header of every object it inherited: a one-off copy of that heap (80 MB a
