@@ -1250,7 +1250,8 @@ def plot_diagnosis(diagnosis: Any, axes: Any = None) -> Any:
     * left: the work of one batch, stage by stage (what one process spends on it), above
       what the loop measured per batch (waiting, then stepping);
     * middle: batches per second measured at each worker count run (points; the current
-      setting ringed, the one tried starred) and the model's prediction (line);
+      setting ringed, the one tried starred), the model (line: corrected by the points
+      where it missed them) and each point's prediction made without it (crosses);
     * right: each worker's USS growth over the timed batches, or why it was not measured.
 
     Args:
@@ -1289,8 +1290,14 @@ def plot_diagnosis(diagnosis: Any, axes: Any = None) -> Any:
     tried_workers = tried.get("value") if tried.get("setting") == "num_workers" else None
     if points:
         workers = [p["num_workers"] for p in points]
-        model = [1 / p["predicted_s_per_batch"] if p.get("predicted_s_per_batch") else math.nan for p in points]
-        middle.plot(workers, model, "-", color=GREY, label="model")
+        curve = {int(w): s for w, s in (data.get("model_s_per_batch") or {}).items() if s}
+        if curve:  # the model at every count up to the largest run
+            shown = [w for w in sorted(curve) if w <= max(workers)]
+            middle.plot(shown, [1 / curve[w] for w in shown], "-", color=GREY, label="model")
+        unseen = [(p["num_workers"], 1 / p["predicted_s_per_batch"]) for p in points
+                  if p.get("predicted_s_per_batch") and p.get("s_per_batch")]
+        if unseen:
+            middle.plot(*zip(*unseen), "x", color=GREY, markersize=7, label="predicted without it")
         measured = [(p["num_workers"], 1 / p["s_per_batch"]) for p in points if p.get("s_per_batch")]
         if measured:
             middle.plot(*zip(*measured), "o", color=ORANGE, label="measured")

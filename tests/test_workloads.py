@@ -18,6 +18,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from feedgpu.workloads.cost import LockedDataset, RateLimitedDataset
 from feedgpu.workloads import (MatmulDataset, MixedDataset, SleepArrayDataset, SleepDataset, SlowStartDataset,
                                SpinDataset, ThreadReportDataset, blas_threads, limit_worker_threads, make_array,
                                spin_cpu)
@@ -207,3 +208,35 @@ def test_limit_worker_threads_partial_sets_another_limit():
                               worker_init_fn=functools.partial(limit_worker_threads, threads=2)))
     assert all(r["torch_threads"] == 2 for r in reports), f"torch's pool is set to 2 in every worker: {reports}"
     assert all(r["blas_threads"] <= 2 for r in reports), f"BLAS is limited to at most 2 threads: {reports}"
+
+
+# --------------------------------------------------------------------------- one resource, shared
+
+
+@pytest.mark.parametrize("make", [
+    lambda: LockedDataset(64, 0.004, locked_share=1.0),
+    lambda: RateLimitedDataset(64, requests_per_s=250, latency_s=0.0),
+], ids=["lock", "rate-limited"])
+def test_items_that_share_one_resource_come_no_faster_with_more_workers(make):
+    """16 items of 4 ms each on one resource every process shares: 4 workers together still
+    take at least 16 x 4 ms (a generous 0.8 of it for the clock), where 4 workers over
+    independent sleeps would take a quarter of that."""
+    loader = DataLoader(make(), batch_size=None, num_workers=4, prefetch_factor=4)
+    start = time.perf_counter()
+    got = [int(x) for _, x in zip(range(16), loader)]
+    elapsed = time.perf_counter() - start
+    assert sorted(got) == list(range(16)), "every item once, its index filling the payload"
+    first = time.perf_counter()
+    for _ in zip(range(16), DataLoader(make(), batch_size=None)):
+        pass
+    assert elapsed >= 0.8 * 16 * 0.004, f"{elapsed:.3f} s: the workers did not wait for each other"
+    assert time.perf_counter() - first >= 0.8 * 16 * 0.004, "one process alone pays each item too"
+
+
+def test_shared_resource_datasets_check_their_arguments():
+    with pytest.raises(ValueError, match="locked_share"):
+        LockedDataset(4, 0.001, locked_share=1.5)
+    with pytest.raises(ValueError, match="requests_per_s"):
+        RateLimitedDataset(4, requests_per_s=0)
+    assert "locked_share=0.25" in repr(LockedDataset(4, 0.001, 0.25))
+    assert "requests_per_s=400" in repr(RateLimitedDataset(4, 400))

@@ -26,8 +26,13 @@ worker stopped afterwards; see :mod:`.procedure` for the phases):
 * **where a batch's time goes**: fetching items (``dataset[i]`` timed in this process,
   with its CPU share), the collate, the hand-over from a worker to the main process (both
   sides), pinning, and the step;
-* **how throughput scales** with ``num_workers`` around the current setting, with the
-  course's model (:func:`feedgpu.model.steady_state_time_per_batch`) beside each point;
+* **how throughput scales** with ``num_workers`` around the current setting and beyond it,
+  with the course's model (:func:`feedgpu.model.steady_state_time_per_batch`) beside each
+  point, each point predicted without its own measurement (leave one out); where the
+  model misses its points it is corrected by them before it predicts or advises anything
+  (:mod:`.fitting`), and the report says so with both figures;
+* **the main process's floor**: its seconds per batch at a high batch rate (the loop over
+  ready items), measured rather than added up from probes;
 * **worker memory**: each worker's USS growth while it reads (Linux; "not measured"
   where USS cannot be read);
 * **the setting to try first**, its predicted speed-up, and (``try_fix=True``) the
@@ -42,6 +47,8 @@ alone (0 workers over items that cost nothing is healthy):
 * ``cpu-saturated``: the workers compute and no core is left: make items cheaper;
 * ``storage-bound``: the workers read through one storage channel at its limit: read
   less or from faster storage;
+* ``serialised``: more workers gain little while the cores idle and nothing is read:
+  they wait on one resource they share (a lock, one connection, a rate-limited service);
 * ``thread-oversubscription``: each worker keeps a pool of threads busy (BLAS, OpenMP,
   OpenCV) on full cores: one thread per pool in each worker;
 * ``hand-over``: the main process spends the time receiving batches (pickled numpy,
@@ -49,6 +56,11 @@ alone (0 workers over items that cost nothing is healthy):
 * ``worker-start-up``: workers started again every epoch, at a large share of it;
 * ``memory-growth``: the workers' USS grows as they read (copy-on-write of Python objects);
 * ``main-thread-work``: CPU work in the step's own thread keeps the accelerator waiting.
+
+Every mode ends in one conclusion (:func:`.conclusion.conclude`): the causes, the
+verdict, the model checked against its points and the setting to try, the same function
+of the evidence and the model's costs for :func:`diagnose`, :func:`watch`, :func:`replay`
+and ``feedgpu-diagnose run``.
 
 **Every diagnosis can be replayed** from its JSON, without the loader:
 :func:`replay` (``feedgpu-diagnose --replay FILE [--step-ms X] [--cores N]``) recomputes

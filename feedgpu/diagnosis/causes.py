@@ -10,6 +10,10 @@ the thresholds are module constants, stated here and in the README:
   moderately from 5% (:data:`MODERATE_SHARE`; ``kHighlyInfeedBoundThresholdInPercent`` and
   ``kModeratelyInfeedBoundThresholdInPercent`` in its
   ``op_stats_to_input_pipeline_analysis.cc``); the text says "moderately" between the two.
+* When the loop is input-bound with 0 workers, ``main-process-loading``: the main
+  process loads every batch itself. Unless the loop, measured with workers, ran no faster
+  at any count (within 5%): a batch then costs more to hand over than to make, and
+  ``hand-over`` is named instead, with the measured points.
 * When the loop is input-bound with workers, the wait is the main process receiving
   (``hand-over``: its thread's CPU time inside ``next()`` is at least
   :data:`HAND_OVER_SHARE` of the wait), or the workers: ``cpu-saturated`` when they
@@ -32,6 +36,20 @@ the thresholds are module constants, stated here and in the README:
   would queue too. One worker cannot show it: its rate is one process's either way.
   Where the kernel counts the workers' block I/O wait (delay accounting,
   :func:`~.storage.io_wait_s`), its share joins the sentence; it names nothing alone.
+* ``serialised`` instead of ``too-few-workers``: the measured points show that adding
+  workers gains little. Between two measured counts ``a < b``, where the loop at ``a``
+  waited (:data:`INPUT_BOUND_SHARE`), ``b`` workers cut the time per batch by less than
+  :data:`SERIAL_GAIN` of what as many independent workers would (``a``'s pace times ``a /
+  b``, no faster than the main process's part of ``a``'s batch), although that would have
+  been a gain of at least :data:`SERIAL_MIN_GAIN` of the batch; the cores were not full at
+  ``b`` (idle at least :data:`IDLE_SHARE` of their time), the main process was not busy
+  receiving (its CPU inside ``next()`` under :data:`HAND_OVER_SHARE` of the wait: else the
+  resource is the main process, ``hand-over``), and the workers' CPU per batch did
+  not grow by more than :data:`SERIAL_CPU_GROWTH` (more CPU for the same batch is workers
+  contending for the cores or the memory, not waiting); and nothing shows as reads (an
+  item reads less than :data:`READ_MIN_BYTES`). The workers then wait on one resource
+  they share: a lock, one file handle or connection, a service limited to so many
+  requests a second. Where the items do read, the same points name ``storage-bound``.
 * ``worker-start-up``: without persistent workers, starting them (the first batch's
   time beyond one batch's cost) is at least :data:`START_UP_SHARE` of an epoch.
 * ``memory-growth``: what an epoch will cost each worker. The growth must first be
@@ -63,14 +81,14 @@ the thresholds are module constants, stated here and in the README:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = [
     "CAUSES", "INPUT_BOUND_SHARE", "MODERATE_SHARE", "HAND_OVER_SHARE", "COMPUTING_SHARE", "IDLE_SHARE",
     "OWN_CPU_SHARE", "START_UP_SHARE", "GROWTH_MB", "GROWTH_KB_PER_ITEM", "EPOCH_GROWTH_MB", "THREADS_PER_WORKER", "STORAGE_SHARE", "READ_MIN_BYTES", "MAIN_WORK_SHARE",
     "MAIN_WORK_MIN_S", "DEVICE_MIN_SHARE", "MemoryGrowth", "Evidence", "Finding",
-    "verdict_of", "find_causes", "ms", "pct",
+    "verdict_of", "find_causes", "ms", "pct", "SERIAL_GAIN", "SERIAL_MIN_GAIN", "SERIAL_CPU_GROWTH",
 ]
 
 #: Every cause the diagnosis can name: its id and what it means.
@@ -80,6 +98,7 @@ CAUSES: dict[str, str] = {
     "cpu-saturated": "the workers compute and no core is left: more workers cannot help; make items cheaper",
     "thread-oversubscription": "each worker runs a pool of threads (BLAS, OpenMP, OpenCV) on cores that are all busy",
     "storage-bound": "the workers read through a storage channel at its limit: more workers would only queue on it",
+    "serialised": "more workers gain little while cores idle and nothing is read: they wait on one resource they share",
     "hand-over": "the main process spends the time receiving batches (pickled numpy, float64, huge batches)",
     "worker-start-up": "the workers are started again every epoch and that costs a large part of it",
     "memory-growth": "the workers' private memory (USS) grows as they read: copy-on-write of Python objects",
@@ -102,6 +121,9 @@ READ_MIN_BYTES = 4096
 MAIN_WORK_SHARE = 0.25
 MAIN_WORK_MIN_S = 0.002
 DEVICE_MIN_SHARE = 0.20
+SERIAL_GAIN = 0.25
+SERIAL_MIN_GAIN = 0.10
+SERIAL_CPU_GROWTH = 0.15
 
 
 def ms(seconds: float) -> str:
@@ -178,6 +200,10 @@ class Evidence:
         io_wait_share: the share of the timed batches' time a worker waited for block I/O,
             the workers' mean (:func:`~feedgpu.diagnosis.storage.io_wait_s`; NaN where the
             kernel does not count it).
+        points: the loop measured at each worker count (the baseline and the scaling
+            runs): ``{"num_workers", "s_per_batch", "wait_share", "workers_cpu_per_s",
+            "idle_share", "main_next_s"}`` each (None: not measured); empty where only one
+            loop ran.
     """
 
     num_workers: int
@@ -207,6 +233,7 @@ class Evidence:
     item_read_bytes: float = math.nan
     item_read_per_s: float = math.nan
     io_wait_share: float = math.nan
+    points: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def storage_limited(self) -> bool:
@@ -219,7 +246,8 @@ class Evidence:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as plain values (the diagnosis JSON's ``evidence``), for a replay."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "memory"}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("memory", "points")}
+        out["points"] = [dict(p) for p in self.points]
         m = self.memory
         out["memory"] = None if m is None else {"per_worker_mb": list(m.per_worker_mb),
                                                 "items_per_worker": m.items_per_worker, "reason": m.reason}
@@ -235,6 +263,8 @@ class Evidence:
                 continue
             if value is None and names[key].default is math.nan:
                 value = math.nan
+            if key == "points":
+                value = [dict(p) for p in value or []]
             values[key] = value
         m = data.get("memory")
         if m:
@@ -351,7 +381,13 @@ def _wait_cause(ev: Evidence) -> Finding:
                        "Make each item cheaper: decode with torchvision.io.decode_jpeg, store images at the size you "
                        "train on, move augmentation to the accelerator, cache decoded items; or use a machine with "
                        "more cores. No loader setting fixes it.")
-    if not computing and ev.storage_limited:
+    flat = _flat_scaling(ev)
+    reads = math.isfinite(ev.item_read_bytes) and ev.item_read_bytes >= READ_MIN_BYTES
+    if flat is not None and not reads:
+        return _serialised_finding(ev, flat)
+    if not computing and (ev.storage_limited or (flat is not None and reads)):
+        if not ev.storage_limited:  # one worker's rate is one process's: the points show the limit
+            return _serialised_finding(ev, flat, storage=True)
         return Finding("storage-bound", f"The {ev.num_workers} workers read {_rate(ev.read_per_s)} together, "
                        f"{ev.read_per_s / ev.item_read_per_s:.1f} times what one process reads alone "
                        f"({_rate(ev.item_read_per_s)}, {_mb(ev.item_read_bytes / 2**20)} an item), where "
@@ -367,6 +403,97 @@ def _wait_cause(ev: Evidence) -> Finding:
     return Finding("too-few-workers", f"The {ev.num_workers} {'worker' if ev.num_workers == 1 else 'workers'} cannot keep up: the loop waits "
                    f"{ms(ev.wait_s)} per batch, and {room}, so more workers can load at the same time.",
                    "Raise num_workers.")
+
+
+def _measured(point: dict[str, Any], key: str) -> float:
+    value = point.get(key)
+    return float(value) if isinstance(value, (int, float)) and value is not None else math.nan
+
+
+def _flat_scaling(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """Two measured counts ``a < b`` between which more workers gained little though they
+    could have gained (see the module's docstring), the farthest apart of such pairs; or None."""
+    points = sorted((p for p in ev.points if (p.get("num_workers") or 0) >= 1
+                     and math.isfinite(_measured(p, "s_per_batch")) and _measured(p, "s_per_batch") > 0),
+                    key=lambda p: p["num_workers"])
+    widest = None
+    for i, a in enumerate(points):
+        s_a, wait_a = _measured(a, "s_per_batch"), _measured(a, "wait_share")
+        if not wait_a >= INPUT_BOUND_SHARE:  # the loop did not wait at a: the workers kept up
+            continue
+        for b in points[i + 1:]:
+            s_b = _measured(b, "s_per_batch")
+            ideal = max(s_a * a["num_workers"] / b["num_workers"], s_a * (1 - wait_a))
+            possible = s_a - ideal
+            if possible < SERIAL_MIN_GAIN * s_a or s_a - s_b >= SERIAL_GAIN * possible:
+                continue
+            idle = _measured(b, "idle_share")
+            if math.isfinite(idle) and idle < IDLE_SHARE:  # the cores were full: not a resource of its own
+                continue
+            receiving = _measured(b, "main_next_s")
+            if math.isfinite(receiving) and receiving >= HAND_OVER_SHARE * _measured(b, "wait_share") * s_b:
+                continue  # the main process was busy receiving: the resource is the main process (hand-over)
+            cpu_a = _measured(a, "workers_cpu_per_s") * s_a
+            cpu_b = _measured(b, "workers_cpu_per_s") * s_b
+            if math.isfinite(cpu_a) and math.isfinite(cpu_b) and cpu_b > cpu_a * (1 + SERIAL_CPU_GROWTH) + 0.05 * s_a:
+                continue  # the same batch cost more CPU: contention for the cores or the memory
+            if widest is None or b["num_workers"] - a["num_workers"] > widest[1]["num_workers"] - widest[0]["num_workers"]:
+                widest = (a, b)  # the sentence gives the widest such pair
+    return widest
+
+
+def _workers_slower(ev: Evidence) -> bool:
+    """Whether the loop was measured with workers and ran no faster at any count than with
+    0 (a batch costs more to hand over than to make): then workers are no advice."""
+    at_zero = [_measured(p, "s_per_batch") for p in ev.points if p.get("num_workers") == 0]
+    with_workers = [_measured(p, "s_per_batch") for p in ev.points if (p.get("num_workers") or 0) >= 1]
+    with_workers = [s for s in with_workers if math.isfinite(s)]
+    return bool(at_zero and with_workers and math.isfinite(at_zero[0])
+                and min(with_workers) >= 0.95 * at_zero[0])
+
+
+def _slower_with_workers(ev: Evidence) -> Finding:
+    """``hand-over`` at 0 workers: the loop measured with workers ran slower at every count."""
+    points = sorted((p for p in ev.points if math.isfinite(_measured(p, "s_per_batch"))),
+                    key=lambda p: p["num_workers"])
+    said = ", ".join(f"{p['num_workers']}: {ms(_measured(p, 's_per_batch'))}" for p in points)
+    return Finding("hand-over", f"With 0 workers the main process builds every batch itself ({ms(ev.wait_s)} inside "
+                   f"next(), {pct(ev.data_wait_share)} of the loop), yet the loop ran no faster with workers (a batch "
+                   f"by num_workers, {said}): handing a batch from a worker to the main process costs more than "
+                   "making it (large batches are written into shared memory by the worker, then mapped, touched "
+                   "and freed by the main process).",
+                   "Send less per batch (uint8 instead of float32, smaller images, fewer items) before adding "
+                   "workers; until then 0 workers is the fastest setting measured.")
+
+
+def _serialised_finding(ev: Evidence, flat: tuple[dict[str, Any], dict[str, Any]], storage: bool = False) -> Finding:
+    """``serialised`` (or ``storage-bound`` where the items read) from the measured points."""
+    points = sorted((p for p in ev.points if math.isfinite(_measured(p, "s_per_batch"))),
+                    key=lambda p: p["num_workers"])
+    counts = ", ".join(str(p["num_workers"]) for p in points)
+    rates = ", ".join(f"{1 / _measured(p, 's_per_batch'):.3g}" for p in points)
+    a, b = flat
+    idle = _measured(b, "idle_share")
+    cpu_a = _measured(a, "workers_cpu_per_s") * _measured(a, "s_per_batch")
+    cpu_b = _measured(b, "workers_cpu_per_s") * _measured(b, "s_per_batch")
+    cpu = (f" and the workers' CPU per batch stayed at {ms(cpu_a)} to {ms(cpu_b)}"
+           if math.isfinite(cpu_a) and math.isfinite(cpu_b) else "")
+    measured = (f"With {counts} workers the loop ran at {rates} batches/s: {b['num_workers']} workers gained "
+                f"{pct(1 - _measured(b, 's_per_batch') / _measured(a, 's_per_batch'))} over {a['num_workers']}, "
+                f"while the cores were idle {pct(idle)} of the time{cpu}")
+    if storage:
+        return Finding("storage-bound", measured + f", and each item reads {_mb(ev.item_read_bytes / 2**20)}: the "
+                       "workers queue on one storage channel at its limit.",
+                       "More workers would queue too. Read less or from faster storage: copy the data to a local "
+                       "disk or into memory first, cache what you read, store smaller items, or read large shards "
+                       "sequentially instead of many small files.")
+    return Finding("serialised", measured + ", and nothing shows as reads (the kernel's count of an item's bytes): "
+                   "the workers wait on one resource they share (a lock, one file handle or connection, a service "
+                   "that takes so many requests a second), and more workers only queue for it.",
+                   "Give each worker a resource of its own (open the file, connection or client in the dataset's "
+                   "first __getitem__ or a worker_init_fn, not in __init__), hold a lock for less of each item, "
+                   "cache what the resource returns, or reach the data another way (local copies, shards). Until "
+                   "then, workers beyond the resource's pace only queue for it.")
 
 
 def _memory_finding(ev: Evidence) -> Finding | None:
@@ -430,7 +557,13 @@ def _rate(bytes_per_s: float) -> str:
 def find_causes(ev: Evidence) -> list[Finding]:
     """Every cause the evidence shows, in the order of :data:`CAUSES`; empty when healthy."""
     findings: list[Finding] = []
-    if ev.input_bound and ev.num_workers == 0:
+    flat = _flat_scaling(ev)
+    if ev.input_bound and ev.num_workers == 0 and flat is not None:  # one worker helps, more do not
+        reads = math.isfinite(ev.item_read_bytes) and ev.item_read_bytes >= READ_MIN_BYTES
+        findings.append(_serialised_finding(ev, flat, storage=reads))
+    if ev.input_bound and ev.num_workers == 0 and _workers_slower(ev):
+        findings.append(_slower_with_workers(ev))
+    elif ev.input_bound and ev.num_workers == 0:
         findings.append(Finding(
             "main-process-loading", f"With 0 workers the main process builds every batch itself ({ms(ev.wait_s)} "
             f"inside next(), beside {ms(ev.step_s)} in the step): {pct(ev.data_wait_share)} of the loop's time is "

@@ -45,7 +45,7 @@ from .storage import read_chars
 
 __all__ = ["MATTERS", "DISAGREE", "ItemCost", "HandOverCost", "Reading", "disagreement_note", "one_thread",
            "torch_threads", "worker_threads", "probe_items", "probe_hand_over", "probe_pinning", "tensor_bytes",
-           "crosses_pickled", "in_flight_mb", "shared_memory_send_s"]
+           "crosses_pickled", "in_flight_mb", "shared_memory_send_s", "ReadyItems"]
 
 logger = logging.getLogger(__name__)
 
@@ -189,12 +189,16 @@ def _timed(call: Any) -> tuple[Any, float, float]:
 ONE_OFF_FIRST = 4.0
 
 
-def _items(loader: DataLoader, deadline: float, wanted: int,
-           reads: list[int] | None = None) -> tuple[list[Any], list[float], list[float], int]:
+def _items(loader: DataLoader, deadline: float, wanted: int, reads: list[int] | None = None,
+           keep: int | None = None) -> tuple[list[Any], list[float], list[float], int]:
     """Up to ``wanted`` items (at least one, then until ``deadline``), the wall and CPU
     seconds of each, and how many items at the start those seconds leave out (1 for a
-    one-off first item, else 0): ``walls[i]`` is of ``items[i + skipped]``. ``reads``, if
-    given, gets the bytes this process read during each item (where they can be counted)."""
+    one-off first item, else 0): ``walls[i]`` is of the item fetched ``i + skipped``-th. ``reads``, if
+    given, gets the bytes this process read during each item (where they can be counted).
+    ``keep``: the items returned, the first ``keep`` (all by default); the others are
+    dropped a batch's worth (``keep`` items) at a time, as a worker drops a batch's items
+    once it has collated them, so that the next ones reuse their memory as in a loop
+    (items of megabytes held all at once would each take fresh pages, which a loop does not)."""
     dataset = loader.dataset
     if isinstance(dataset, IterableDataset):
         stream = iter(dataset)
@@ -207,8 +211,8 @@ def _items(loader: DataLoader, deadline: float, wanted: int,
             indices = itertools.chain.from_iterable(
                 b if isinstance(b, list) else [b] for b in iter(loader.batch_sampler or loader.sampler))
         fetch = lambda: dataset[next(indices)]  # noqa: E731
-    items, walls, cpus = [], [], []
-    while len(items) < wanted and (not items or time.perf_counter() < deadline):
+    items, walls, cpus, current = [], [], [], []
+    while len(walls) < wanted and (not walls or time.perf_counter() < deadline):
         before = read_chars(os.getpid()) if reads is not None else None
         try:
             item, w, c = _timed(fetch)
@@ -218,7 +222,13 @@ def _items(loader: DataLoader, deadline: float, wanted: int,
             after = read_chars(os.getpid())
             if after is not None:
                 reads.append(after - before)
-        items.append(item)
+        if keep is None or len(items) < keep:
+            items.append(item)
+        else:
+            current.append(item)
+            if len(current) >= keep:
+                current.clear()
+        del item
         walls.append(w)
         cpus.append(c)
     if not items:
@@ -339,14 +349,18 @@ def _probe_items(loader: DataLoader, deadline: float, batches: int, threads: int
     else:  # no automatic batching: each item is a batch
         batch_size = 1
     reads: list[int] = []
-    items, walls, cpus, skipped = _items(loader, deadline, batches * batch_size, reads)
+    items, walls, cpus, skipped = _items(loader, deadline, batches * batch_size, reads, keep=batch_size)
     # the median item's: a first item that imports lazily, or a thread reading meanwhile, is left out
     read = float(statistics.median(reads)) if reads else math.nan
     if batching:
         chunk = items[:batch_size]
         full = (chunk * math.ceil(batch_size / len(chunk)))[:batch_size]
-        collates = [_timed(lambda: loader.collate_fn(full)) for _ in range(3)]  # median of three
-        batch, collate_s, collate_cpu = sorted(collates, key=lambda c: c[1])[1]
+        timings = []
+        for _ in range(3):  # the median of three; each batch dropped before the next, as in a loop
+            batch = None
+            batch, wall, cpu = _timed(lambda: loader.collate_fn(full))
+            timings.append((wall, cpu))
+        collate_s, collate_cpu = sorted(timings)[1]
     else:
         full = items[0]
         batch, collate_s, collate_cpu = _timed(lambda: loader.collate_fn(full))
@@ -356,6 +370,27 @@ def _probe_items(loader: DataLoader, deadline: float, batches: int, threads: int
     logger.debug("items: %.5f s each (CPU share %.2f), collate %.5f s, on %d threads; loads %s", cost.item_s,
                  cost.cpu_share, collate_s, threads, cost.load_readings_s)
     return cost
+
+
+class ReadyItems(Dataset):
+    """The same items, ready, for every index: a loader over it with ``batch_size=None`` and
+    the user's ``collate_fn`` makes the user's batch at the cost of the collate alone (the
+    main process's floor, :meth:`feedgpu.diagnosis.procedure._Diagnosis.measure_floor`).
+
+    Args:
+        items: what the collate takes (a batch's items, or one item without batching).
+        n: how many batches it holds.
+    """
+
+    def __init__(self, items: Any, n: int = 100_000) -> None:
+        self.items = items
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> Any:
+        return self.items
 
 
 def tensor_bytes(batch: Any) -> int:

@@ -8,11 +8,19 @@ phase          ends   what it measures
 =============  =====  ==========================================================
 items          8%     ``dataset[i]`` and the collate in this process, and pinning
                       a batch warm (:mod:`.probes`), each repeated
-baseline       43%    the loader as it is, with the step: waits, CPU, worker memory
-hand-over      53%    what a batch costs to hand over, for the model (and the fix)
-scaling        83%    ``num_workers`` around the current setting, the model beside
+baseline       36%    the loader as it is, with the step: waits, CPU, worker memory
+hand-over      44%    what a batch costs to hand over, for the model (and the fix);
+                      the main process's floor: the loop over ready items, at a
+                      high batch rate (:meth:`_Diagnosis.measure_floor`)
+scaling        84%    ``num_workers`` around the current setting and beyond it,
+                      where the model reaches its best (:meth:`_Diagnosis.scale`)
 what-if        100%   the setting to try first, measured the same way
 =============  =====  ==========================================================
+
+Between the scaling and the what-if the model is checked against every point it measured
+and corrected where it misses them (:mod:`.fitting`); the conclusion (the causes, the
+verdict, the setting to try) is :func:`~.conclusion.conclude`'s, as in every mode, once
+to choose the what-if and once more with its point.
 
 Every run reads the same seeded sample of batches, stops at its phase's end, and stops
 its workers before the next starts, also on an error or Ctrl-C. Every run is timed at a
@@ -39,25 +47,29 @@ from ..checks import check_number, check_seconds
 from ..measure.machine import total_memory_mb, usable_cores
 from ..measure.transfer import payload_bytes
 from .accelerator import ReplayedStep, SimulatedAccelerator, TimedStep
-from .causes import Evidence, Finding, find_causes, ms, verdict_of
+from .causes import THREADS_PER_WORKER, Evidence, Finding, find_causes, ms
 from .cloning import check_importable, loader_settings, start_method_of
 from .collate import SharedTensorCollate, restore
-from .probes import (HandOverCost, ItemCost, Reading, crosses_pickled, disagreement_note, in_flight_mb, one_thread,
-                     probe_hand_over, probe_items, probe_pinning)
+from .conclusion import Conclusion, Model, conclude
+from .probes import (HandOverCost, ItemCost, Reading, ReadyItems, crosses_pickled, disagreement_note, in_flight_mb,
+                     one_thread, probe_hand_over, probe_items, probe_pinning)
 from .report import Diagnosis
 from .runs import Run, measure_run
 from .threads import OneThreadPerPool, can_limit_pools, one_thread_pools, pool_threads
-from .whatif import Costs, epoch_speedup, max_workers, predicted_tries
+from .whatif import Costs, choose_workers, epoch_speedup, max_workers
 
 __all__ = ["PHASES", "MAX_TIMED", "diagnose"]
 
 logger = logging.getLogger(__name__)
 
 #: Each phase and the share of the budget by whose end it is done.
-PHASES: tuple[tuple[str, float], ...] = (("items", 0.08), ("baseline", 0.43), ("hand-over", 0.53),
-                                         ("scaling", 0.83), ("what-if", 1.0))
+PHASES: tuple[tuple[str, float], ...] = (("items", 0.08), ("baseline", 0.36), ("hand-over", 0.44),
+                                         ("scaling", 0.84), ("what-if", 1.0))
 #: The most batches a run times (a sample, never a whole epoch of a large dataset).
 MAX_TIMED = 40
+#: The fewest timed batches a run needs to count as a point the model is checked against
+#: (fewer can be the workers' first burst, still queued from the warm-up).
+MIN_POINT_BATCHES = 4
 
 
 class Budget:
@@ -131,8 +143,16 @@ class _Diagnosis:
         self.scaling: dict[int, Run] = {}
         self.baseline_timed = 0
         self.sharing_source = "assumed"
+        self.floor_run: Run | None = None
+        self.held_out: dict[int, float] = {}  # the what-if's prediction, made before it was measured
+        self.fixed_costs: Costs | None = None
+        self.thread_costs: Costs | None = None
         # a first guess of a worker's start-up (a spawned one imports torch afresh), until one is measured
         self.start_s_per_worker = 0.15 if start_method_of(loader) == "fork" else 1.5
+        # the main process starts workers one after another (a fork each, or a spawn), and they
+        # then start and load their first batch side by side: each worker more costs about this
+        self.start_s_per_more_worker = 0.05 if start_method_of(loader) == "fork" else 0.5
+        self.last_start: tuple[int, float] | None = None  # (workers, seconds) of the last run measured
 
     # ------------------------------------------------------------------ steps and runs
     def new_step(self, cuda: bool = False) -> Callable[[Any], Any]:
@@ -141,12 +161,14 @@ class _Diagnosis:
         return TimedStep(self.step, cuda_events=None if cuda else False)
 
     def run(self, label: str, estimate_s: float, soft_deadline: float, *, memory: bool = False, repeats: int = 1,
-            restore: Callable[[Any], Any] | None = None, cuda: bool = False, **changes: Any) -> Run:
-        workers = changes.get("num_workers", self.workers)
+            restore: Callable[[Any], Any] | None = None, cuda: bool = False, loader: DataLoader | None = None,
+            **changes: Any) -> Run:
+        loader = self.loader if loader is None else loader
+        workers = changes.get("num_workers", loader.num_workers)
         warmup = max(2, 2 * workers)  # every worker has delivered its first burst: the timed batches are steady
-        needed = self.start_s_per_worker * workers + (warmup + 4) * estimate_s * repeats
+        needed = self.start_s(workers) + (warmup + 4) * estimate_s * repeats
         room = soft_deadline - time.perf_counter()
-        if label != "baseline" and needed > room:  # it could not time a batch before its deadline
+        if label != "baseline" and needed > 1.1 * room:  # it could not time a batch before its deadline
             run = Run(label, workers, None, f"skipped: it needs about {needed:.1f} s and its share of the budget "
                       f"has {max(room, 0.0):.1f} s left")
             self.runs.append(run)
@@ -157,13 +179,13 @@ class _Diagnosis:
         batches = _plan(estimate_s * repeats, soft_deadline, warmup)
         if label != "baseline" and self.baseline_timed:  # the same count as the baseline, where time allows
             batches = min(batches, 1 + warmup + self.baseline_timed)
-        run = measure_run(self.loader, step, label=label, batches=batches, warmup=warmup,
+        run = measure_run(loader, step, label=label, batches=batches, warmup=warmup,
                           soft_deadline=soft_deadline, hard_deadline=self.budget.end, cores=self.cores,
                           repeats=repeats, memory=memory, restore=restore, gpu_busy=gpu, **changes)
         if isinstance(step, TimedStep):
             run.cpu["step_cpu_share"] = step.cpu_share
         if run.measured and workers:  # what starting a worker costs here, for planning the next runs
-            self.start_s_per_worker = run.timing.first_startup_s / workers
+            self.last_start = (workers, run.timing.first_startup_s)
         self.runs.append(run)
         if run.stopped_early:
             self.notes.append(f"{label}: stopped at its share of the budget after {run.timing.n_batches[0]} timed "
@@ -271,6 +293,10 @@ class _Diagnosis:
                 # receiving a pickle takes longer on the clock than on the CPU (the pipe is read as the
                 # worker writes it): time it as the fix's will be, with the course's instrument
                 receive = probe_hand_over(batch, self.context).receive_s
+            if ev.worker_threads >= THREADS_PER_WORKER:
+                # workers that keep several threads busy spend CPU beyond the items that is their pools'
+                # (threads that spin while they wait for each other), not the sending: time the sending
+                send = probe_hand_over(batch, self.context).send_s
             self.handover = HandOverCost(send, receive, self.pickled, payload_bytes(batch))
         elif check_importable(self.loader, max(self.workers, 1)) is None:
             self.handover = probe_hand_over(batch, self.context)
@@ -285,7 +311,7 @@ class _Diagnosis:
                            pin_main_s=main.median_s if main is not None else None, sharing=sharing)
         if "storage-bound" in causes and ev.read_per_s > 0:  # the rate the workers reached is the storage's
             self.costs = replace(self.costs, storage_s=ev.item_read_bytes * self.items.batch_size / ev.read_per_s)
-        self.fixed_costs: Costs | None = None
+        self.measure_floor()
         if "hand-over" in causes and self.pickled and payload_bytes(batch) > 0:
             self.collate = SharedTensorCollate(self.loader.collate_fn)
             items = self.items.chunk
@@ -294,10 +320,10 @@ class _Diagnosis:
             new_batch, collate_s, collate_cpu = min(made, key=lambda m: m[1])
             _, restore_s, _ = _timed(lambda: restore(new_batch))
             fixed = probe_hand_over(new_batch, self.context)
-            self.fixed_costs = self.costs.with_hand_over(self.items.fetch_s + collate_s,
-                                                         self.items.fetch_cpu_s + collate_cpu, fixed.send_s,
-                                                         fixed.receive_s + restore_s)
-        self.thread_costs: Costs | None = None
+            self.fixed_costs = replace(self.costs.with_hand_over(self.items.fetch_s + collate_s,
+                                                                 self.items.fetch_cpu_s + collate_cpu, fixed.send_s,
+                                                                 fixed.receive_s + restore_s),
+                                       main_floor_s=None)  # the floor was the pickled batches' receiving
         if "thread-oversubscription" in causes and can_limit_pools():
             # the items as a worker with one thread per pool would fetch them
             deadline = time.perf_counter() + max(min(2.0, self.budget.end - time.perf_counter()) / 4, 0.2)
@@ -309,6 +335,50 @@ class _Diagnosis:
             self.thread_costs = replace(self.costs, load_s=items.load_s, cpu_share=items.cpu_share,
                                         send_s=timed.send_s, receive_s=timed.receive_s)
         self.budget.done()
+
+    def measure_floor(self) -> None:
+        """The main process's floor: its seconds per batch at a high batch rate.
+
+        The loop runs with its step, its pinning and its collate over items that are ready
+        (:class:`~.probes.ReadyItems`: the item probe's items, given again for every
+        batch), with enough workers that collating and sending are not what it waits for
+        (at most one per core): the workers only collate and send, so the main process sets
+        the pace with what it does per batch (its step, receiving, freeing and pinning a
+        batch, the loader's own bookkeeping), beside workers that hand over as fast as the
+        real ones can. Its floor is that run's time per batch, less what it spent waiting
+        without working (its wait beyond its CPU inside ``next()``). The model takes it
+        instead of the sum of the probes (:meth:`~.whatif.Costs.main_alone_s`).
+        """
+        problem = check_importable(self.loader, 1)
+        if problem is not None:
+            self.notes.append(f"the main process's floor was not measured: {problem}")
+            return
+        c = self.costs
+        main = c.step_s + c.receive_s + c.pin_s
+        hand_over = self.items.collate_s + c.send_s
+        workers = max(1, min(int(self.cores), max_workers(self.cores),
+                             math.ceil(2 * hand_over / max(main, 1e-4))))
+        ready = DataLoader(ReadyItems(self.items.chunk), batch_size=None, collate_fn=self.loader.collate_fn,
+                           num_workers=workers, pin_memory=self.loader.pin_memory,
+                           pin_memory_device=self.loader.pin_memory_device,
+                           prefetch_factor=self.loader.prefetch_factor, multiprocessing_context=self.context)
+        estimate = max(main, hand_over / workers)
+        # its share of the phase, or at least what it needs for a few batches (from the scaling's share)
+        needed = 1.2 * (self.start_s(workers) + (max(2, 2 * workers) + 5) * estimate)
+        deadline = min(max(self.budget.deadline("hand-over"), time.perf_counter() + needed),
+                       self.budget.deadline("scaling"))
+        run = self.run("main process's floor", estimate, deadline, loader=ready)
+        if not run.measured:
+            return
+        idle = max(run.wait_s - run.cpu.get("main_next_s", 0.0), 0.0)
+        self.floor_run = run
+        self.costs = replace(self.costs, main_floor_s=max(run.s_per_batch - idle, 0.0))
+        sent = run.cpu.get("workers_per_s", math.nan) * run.s_per_batch - self.items.collate_cpu_s
+        if not self.workers and math.isfinite(sent):
+            # the workers' CPU per batch beyond the collate is what sending costs them: a collate that
+            # writes into shared memory in a worker (default_collate does) sends only a handle, where the
+            # probe wrote the batch twice (collated here, then copied into fresh shared memory)
+            self.costs = replace(self.costs, send_s=max(sent, 0.0))
 
     def model_step(self, ev: Evidence) -> tuple[float, float, float]:
         """The step as the model takes it (alone), the share of it that is the host's CPU, and
@@ -338,12 +408,27 @@ class _Diagnosis:
         self.sharing_source = "assumed: the baseline had no busy workers to measure it beside"
         return step_s, self.step_cpu, 1.0
 
-    def choose_tries(self, ev: Evidence, findings: list[Finding]) -> list[dict[str, Any]]:
-        causes = {f.cause for f in findings}
-        tries = predicted_tries(self.costs, self.workers, self.cores, causes, fixed_costs=self.fixed_costs,
-                                startup_s=ev.startup_s, one_batch_s=ev.one_batch_s,
-                                batches_per_epoch=ev.batches_per_epoch, s_per_batch=ev.s_per_batch,
-                                thread_costs=self.thread_costs)
+    def points(self) -> tuple[dict[int, float], list[dict[str, Any]]]:
+        """The loop measured at each worker count: seconds per batch, and each point's figures
+        for the causes (:attr:`~.causes.Evidence.points`)."""
+        counted = {w: run for w, run in sorted(self.scaling.items()) if _counts(run)}
+        measured = {w: run.s_per_batch for w, run in counted.items()}
+        rows = [{"num_workers": w, "s_per_batch": run.s_per_batch, "wait_share": run.wait_share,
+                 "workers_cpu_per_s": run.cpu.get("workers_per_s"), "idle_share": run.cpu.get("idle_share"),
+                 "main_next_s": run.cpu.get("main_next_s")} for w, run in counted.items()]
+        return measured, rows
+
+    def conclude(self, ev: Evidence, held_out: dict[int, float] | None = None) -> Conclusion:
+        """The conclusion from everything measured so far (:func:`~.conclusion.conclude`)."""
+        measured, rows = self.points()
+        ev = replace(ev, points=rows)
+        return conclude(ev, Model(self.costs, self.fixed_costs, self.thread_costs, measured, held_out or {},
+                                  fit_sharing=self.sharing_source.startswith("assumed")
+                                  and not self.sharing_source.startswith("assumed: the device")))
+
+    def choose_tries(self, conclusion: Conclusion) -> list[dict[str, Any]]:
+        tries = [dict(t) for t in conclusion.tries]
+        causes = set(conclusion.causes)
         kept = []
         for t in tries:
             if t["setting"] == "num_workers":
@@ -368,20 +453,91 @@ class _Diagnosis:
             self.notes.append("the model predicts no gain from more workers on these costs")
         return kept
 
-    def scale(self, chosen: dict[str, Any] | None) -> None:
-        self.budget.begin("scaling")
-        tried = chosen["value"] if chosen and chosen["setting"] == "num_workers" and self.try_fix else None
+    def scaling_counts(self) -> list[int]:
+        """The worker counts the scaling runs measure: the two nearest the current setting
+        (one more and one fewer, or two more from 0), then up to two beyond them where the
+        probes' model reaches its best (twice the fewest workers that reach it, at least two
+        more than the nearest; and half-way), never the count the model would try first, so
+        that its what-if is measured where the model was not fitted. Points beyond the best
+        show what the probes cannot: a ceiling the workers share, the main process slowed by
+        busy cores."""
         top = max_workers(self.cores)
-        extras = []
+        near: list[int] = []
         for w in (self.workers + 1, self.workers - 1, 2 * self.workers, self.workers + 2):
-            if 0 <= w <= top and w not in (self.workers, tried) and w not in extras:
-                extras.append(w)
-        extras = [w for w in extras[:2] if check_importable(self.loader, w) is None]
-        start = time.perf_counter()
-        span = self.budget.deadline("scaling") - start
-        for k, w in enumerate(extras):
-            self.scaling[w] = self.run(f"num_workers={w}", self.costs.s_per_batch(w),
-                                       start + (k + 1) * span / len(extras), num_workers=w)
+            if 0 <= w <= top and w != self.workers and w not in near:
+                near.append(w)
+        near = near[:2]
+        times = {w: self.costs.s_per_batch(w) for w in range(1, top + 1)}
+        best = min(times.values())
+        fewest = min(w for w, t in times.items() if t <= best * 1.02)
+        first, _ = choose_workers(self.costs, self.workers, top)
+        reach = max(near + [self.workers])
+        far = []
+        beyond = min(top, max(2 * fewest, reach + 2))
+        for w in (beyond, (reach + beyond) // 2):
+            if w == first:
+                w = w + 1 if w + 1 <= top and w + 1 not in far else w - 1
+            if reach < w <= top and w != first and w not in far:
+                far.append(w)
+        return [w for w in near + sorted(far) if check_importable(self.loader, w) is None]
+
+    def start_s(self, num_workers: int) -> float:
+        """Seconds a run's start-up is planned with (its workers started, its first batch):
+        the last measured start-up, and a worker's start for each worker more; a first guess
+        per worker before any was measured."""
+        if not num_workers:
+            return 0.0
+        if self.last_start is None:
+            return self.start_s_per_worker * num_workers
+        workers, seconds = self.last_start
+        return seconds + self.start_s_per_more_worker * max(num_workers - workers, 0)
+
+    def estimate_s(self, num_workers: int) -> float:
+        """Seconds per batch to plan a run with: the model's, times what the loop measured
+        over the model at the most workers measured up to this count (a ceiling the probes
+        cannot see shows there), within a quarter to four times the model's."""
+        model = self.costs.s_per_batch(num_workers)
+        below = [w for w, run in self.scaling.items() if 0 < w <= num_workers and _counts(run)]
+        if not below:
+            return model
+        w = max(below)
+        ratio = self.scaling[w].s_per_batch / self.costs.s_per_batch(w)
+        return model * min(max(ratio, 0.25), 4.0)
+
+    def run_need_s(self, num_workers: int, timed: int) -> float:
+        """Seconds a run at ``num_workers`` needs: its workers' start, their warm-up and
+        ``timed`` batches (the estimate of :meth:`estimate_s`)."""
+        return self.start_s(num_workers) + (max(2, 2 * num_workers) + 1 + timed) * self.estimate_s(num_workers)
+
+    def scale(self) -> None:
+        """The scaling runs (:meth:`scaling_counts`), as many as the phase has room for:
+        the nearest counts first, then the farthest beyond, then the one half-way; each
+        run's share of what is left in proportion to what it needs for the baseline's count
+        of timed batches, and never less than what it needs for three."""
+        self.budget.begin("scaling")
+        counts = self.scaling_counts()
+        order = counts[:2] + sorted(counts[2:], reverse=True)  # near, then the farthest beyond, then half-way
+        timed = self.baseline_timed or 8
+        while counts:
+            room = self.budget.deadline("scaling") - time.perf_counter()
+            kept, total = [], 0.0
+            for w in order:  # what fits, in order of priority
+                if total + self.run_need_s(w, 3) <= room:
+                    kept.append(w)
+                    total += self.run_need_s(w, 3)
+            for w in [w for w in counts if w not in kept]:
+                self.scaling[w] = self.run(f"num_workers={w}", self.estimate_s(w), time.perf_counter(),
+                                           num_workers=w)  # not measured: it says why
+            counts = [w for w in counts if w in kept]
+            order = [w for w in order if w in kept]
+            if not counts:
+                break
+            w = counts[0]  # in ascending order, so each run's estimate can lean on the last
+            needs = [self.run_need_s(v, timed) for v in counts]
+            share = max(room * needs[0] / sum(needs), self.run_need_s(w, 3))
+            self.scaling[w] = self.run(f"num_workers={w}", self.estimate_s(w), time.perf_counter() + share,
+                                       num_workers=w)
+            counts, order = counts[1:], [v for v in order if v != w]
         self.budget.done()
 
     def what_if(self, chosen: dict[str, Any]) -> None:
@@ -394,7 +550,8 @@ class _Diagnosis:
         elif chosen["setting"] == "worker_init_fn":
             estimate = self.thread_costs.s_per_batch(self.workers)
         else:
-            estimate = self.costs.s_per_batch(changes.get("num_workers", self.workers))
+            estimate = chosen.get("predicted_s_per_batch") or self.corrected.s_per_batch(
+                changes.get("num_workers", self.workers))
         run = self.run(label, estimate, self.budget.end, repeats=repeats, restore=chosen.get("restore"), **changes)
         measured = None
         if run.measured and chosen["setting"] == "persistent_workers":
@@ -407,15 +564,20 @@ class _Diagnosis:
                                          self.baseline.s_per_batch)
         elif run.measured and self.baseline.measured:
             measured = self.baseline.s_per_batch / run.s_per_batch
-        if chosen["setting"] == "num_workers":
+        if chosen["setting"] == "num_workers" and run.measured:
             self.scaling[chosen["value"]] = run
+            self.held_out = {chosen["value"]: estimate}
         chosen["measured_speedup"] = measured
         if measured is None:
             chosen["note"] = f"not measured ({run.reason or 'the budget ran out first'})"
         self.budget.done()
 
     # ------------------------------------------------------------------ the report
-    def report(self, ev: Evidence, findings: list[Finding], chosen: dict[str, Any] | None) -> Diagnosis:
+    def report(self, ev: Evidence, chosen: dict[str, Any] | None) -> Diagnosis:
+        """The diagnosis: the conclusion drawn again with every point (the what-if's too, at
+        the prediction it was tried with), and what was measured."""
+        conclusion = self.conclude(ev, self.held_out)
+        ev = conclusion.evidence
         b = self.baseline
         w = self.workers
         breakdown = {"fetch_s": self.items.fetch_s, "collate_s": self.items.collate_s,
@@ -423,17 +585,17 @@ class _Diagnosis:
                      "receive_s": self.handover.receive_s if w else None,
                      "pin_s": self.pin_s, "step_s": ev.step_s, "s_per_batch": ev.s_per_batch, "wait_s": ev.wait_s,
                      "item_cpu_share": self.items.cpu_share}
-        scaling = [{"num_workers": k, "label": run.label, "s_per_batch": run.s_per_batch if run.measured else None,
-                    "spread": _halves_spread(run), "timed_batches": run.timing.n_batches[0] if run.measured else 0,
-                    "predicted_s_per_batch": self.costs.s_per_batch(k)} for k, run in sorted(self.scaling.items())]
-        memory = self.memory_figures(ev, named="memory-growth" in {f.cause for f in findings})
+        scaling = conclusion.scaling_rows([
+            {"num_workers": k, "label": run.label, "s_per_batch": run.s_per_batch if run.measured else None,
+             "spread": _halves_spread(run), "timed_batches": run.timing.n_batches[0] if run.measured else 0}
+            for k, run in sorted(self.scaling.items())])
+        memory = self.memory_figures(ev, named="memory-growth" in conclusion.causes)
         try_first = None
         if chosen is not None:
             try_first = {k: chosen.get(k) for k in ("setting", "value", "predicted_speedup", "measured_speedup", "why")}
             if chosen.get("note"):
                 try_first["note"] = chosen["note"]
         gpu = b.gpu_busy_s / b.timed_wall_s if b.gpu_busy_s is not None and b.measured else None
-        explanation = self.costs.explain(w)
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         if load is not None and load > self.cores:
             self.notes.append(f"the machine was busy (load average {load:.1f} on {self.cores} cores): "
@@ -445,19 +607,15 @@ class _Diagnosis:
             note = disagreement_note(name, reading, ev.s_per_batch) if reading is not None else None
             if note:
                 self.notes.append(note)
-        top = max_workers(self.cores)
         model = {"costs": self.costs.to_dict(), "fixed_costs": self.fixed_costs.to_dict() if self.fixed_costs else None,
                  "thread_costs": self.thread_costs.to_dict() if self.thread_costs else None,
                  "probes": {k: (r.to_dict() if r is not None else None) for k, r in probes.items()},
-                 "usable_cores": self.cores, "max_workers": top, "sharing": self.sharing_source}
-        return Diagnosis(
-            verdict=verdict_of(ev.data_wait_share), causes=[f.cause for f in findings],
-            data_wait_share=ev.data_wait_share, busy_share=b.busy_share if b.measured else 1 - ev.data_wait_share,
-            try_first=try_first, findings=findings, explanation=explanation, breakdown=breakdown,
-            scaling=scaling, memory=memory, settings=loader_settings(self.loader), step=step,
+                 "usable_cores": self.cores, "sharing": self.sharing_source}
+        return conclusion.diagnosis(
+            busy_share=b.busy_share if b.measured else 1 - ev.data_wait_share, try_first=try_first,
+            breakdown=breakdown, scaling=scaling, memory=memory, settings=loader_settings(self.loader), step=step,
             runs=[_run_row(r) for r in self.runs], notes=self.notes, gpu_busy_share=gpu,
-            elapsed_s=self.budget.elapsed_s, max_seconds=self.budget.max_seconds, model=model,
-            evidence=ev.to_dict(), model_s_per_batch=self.costs.by_workers(top))
+            elapsed_s=self.budget.elapsed_s, max_seconds=self.budget.max_seconds, model=model)
 
     def probe_readings(self) -> dict[str, Reading | None]:
         """Every repeated probe's readings: the load of a batch, pinning, and the step in the baseline."""
@@ -504,6 +662,11 @@ def _chunk_means(values: list[float], chunks: int) -> list[float]:
     """The means of ``values`` cut into ``chunks`` consecutive runs of (about) equal length."""
     size = len(values) / chunks
     return [statistics.fmean(values[round(k * size):round((k + 1) * size)]) for k in range(chunks)]
+
+
+def _counts(run: Run) -> bool:
+    """Whether a run timed enough batches to be a point of the model's check."""
+    return run.measured and run.timing.n_batches[0] >= MIN_POINT_BATCHES
 
 
 def _halves_spread(run: Run) -> float | None:
@@ -565,13 +728,14 @@ def diagnose(loader: DataLoader, step: Callable[[Any], Any] | None = None, *, st
         state.probe()
         state.measure_baseline()
         ev = state.evidence()
-        findings = find_causes(ev)
-        state.hand_over(ev, findings)
-        tries = state.choose_tries(ev, findings)
+        state.hand_over(ev, find_causes(ev))  # what to probe follows the causes the baseline shows
+        state.scale()
+        chosen_from = state.conclude(ev)  # the model checked against its points, before it advises
+        state.corrected = chosen_from.costs
+        tries = state.choose_tries(chosen_from)
         chosen = tries[0] if tries else None
-        state.scale(chosen)
         if chosen is not None and try_fix:
             state.what_if(chosen)
-        return state.report(ev, findings, chosen)
+        return state.report(ev, chosen)
     finally:
         budget.close()

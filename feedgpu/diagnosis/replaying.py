@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import check_number, check_seconds
-from .causes import Evidence, MemoryGrowth, find_causes, verdict_of
+from .causes import Evidence, MemoryGrowth
+from .conclusion import Model, conclude
 from .report import Diagnosis
-from .whatif import Costs, max_workers, predicted_tries
+from .whatif import Costs
 
 __all__ = ["replay", "read_diagnosis", "estimated_cores"]
 
@@ -117,46 +118,41 @@ def _recorded_evidence(data: dict[str, Any], costs: Costs, cores: float) -> Evid
         workers_cpu_per_s=_num(cpu.get("workers_per_s")), idle_share=_num(cpu.get("idle_share")), memory=memory)
 
 
-def _modelled(ev: Evidence, costs: Costs, cores: float | None) -> Evidence:
-    """The evidence of the loop the model describes: its pace, wait and CPU from ``costs``
-    (the usable cores changed only where ``cores`` is given)."""
-    w = ev.num_workers
-    pace = costs.s_per_batch(w)
-    if w == 0:  # the main thread loads (and pins) inside next(), then steps
-        pin = costs.pin_s if costs.pin_main_s is None else costs.pin_main_s
-        main_cpu = costs.load_s * costs.cpu_share + pin + costs.step_s * costs.step_cpu_share
-        wait, workers_cpu, next_cpu = costs.load_s + pin, 0.0, costs.load_s * costs.cpu_share + pin
-    else:
-        main_cpu = costs.main_cpu_s()
-        wait = max(pace - costs.main_s(w) + costs.receive_s, costs.receive_s)
-        workers_cpu, next_cpu = min(float(w), costs.worker_cpu_s() / pace), costs.receive_s
-    main_per_s = main_cpu / pace if pace > 0 else math.nan
-    idle = max(0.0, 1.0 - (main_per_s + workers_cpu) / max(costs.cores, 0.5))
-    return replace(ev, cores=ev.cores if cores is None else max(1, int(round(cores))), s_per_batch=pace,
-                   wait_s=wait, step_s=costs.step_s,
-                   data_wait_share=min(wait / pace, 1.0) if pace > 0 else 0.0,
-                   main_next_cpu_s=next_cpu, main_cpu_per_s=main_per_s, workers_cpu_per_s=workers_cpu,
-                   idle_share=idle, step_cpu_s=math.nan, device_s=math.nan)  # a what-if's step: no wait of its own seen
-
-
 def _replay_watch(data: dict[str, Any], notes: list[str]) -> Diagnosis:
     """A watched loop replayed: its causes named again from its evidence. A watch times no
     item and runs no other setting, so the model has nothing to predict from."""
-    ev = Evidence.from_dict(data["evidence"])
-    findings = find_causes(ev)
+    conclusion = conclude(Evidence.from_dict(data["evidence"]))
     notes = notes + ["a watched loop: no item probe and no what-if, so the replay names the causes again and "
                      "predicts nothing (feedgpu.diagnose measures what the model needs)"]
-    return Diagnosis(
-        verdict=verdict_of(ev.data_wait_share), causes=[f.cause for f in findings],
-        data_wait_share=ev.data_wait_share, busy_share=data.get("busy_share", math.nan), findings=findings,
-        breakdown=data["breakdown"], memory=data.get("memory") or {}, settings=data.get("settings") or {},
-        step=data.get("step", ""), runs=data.get("runs") or [], notes=notes + list(data.get("notes") or []),
-        source="replay", evidence=ev.to_dict())
+    return conclusion.diagnosis(
+        busy_share=data.get("busy_share", math.nan), breakdown=data["breakdown"], memory=data.get("memory") or {},
+        settings=data.get("settings") or {}, step=data.get("step", ""), runs=data.get("runs") or [],
+        notes=notes + list(data.get("notes") or []), source="replay")
+
+
+def _points(data: dict[str, Any]) -> tuple[dict[int, float], list[dict[str, Any]]]:
+    """The measured points of a diagnosis: seconds per batch by worker count (from its
+    ``"scaling"``), and each point's figures for the causes (from its runs, for a JSON
+    written before the evidence kept them)."""
+    measured = {int(p["num_workers"]): float(p["s_per_batch"]) for p in data.get("scaling") or []
+                if isinstance(p.get("s_per_batch"), (int, float)) and p["s_per_batch"] > 0}
+    rows = []
+    for run in data.get("runs") or []:
+        label, cpu = str(run.get("label", "")), run.get("cpu") or {}
+        if run.get("s_per_batch") and (label == "baseline" or label.startswith("num_workers=")):
+            rows.append({"num_workers": run.get("num_workers"), "s_per_batch": run["s_per_batch"],
+                         "wait_share": run.get("wait_share"), "workers_cpu_per_s": cpu.get("workers_per_s"),
+                         "idle_share": cpu.get("idle_share"), "main_next_s": cpu.get("main_next_s")})
+    return measured, rows
 
 
 def replay(source: str | os.PathLike[str] | dict[str, Any], *, step_s: float | None = None,
            cores: float | None = None) -> Diagnosis:
     """Recompute a diagnosis's verdict, causes and predictions from its JSON (no loader needed).
+
+    The conclusion is :func:`~feedgpu.diagnosis.conclusion.conclude`'s, as in every mode:
+    the model is checked against the points the diagnosis measured (and corrected where it
+    misses them) before it predicts anything.
 
     Args:
         source: the path of a ``feedgpu-diagnose --json`` file, or its figures as a dict.
@@ -181,11 +177,16 @@ def replay(source: str | os.PathLike[str] | dict[str, Any], *, step_s: float | N
     model = data.get("model") or {}
     if data.get("source") == "watch" and data.get("evidence"):
         return _replay_watch(data, notes)
+    measured, rows = _points(data)
     if model.get("costs") and data.get("evidence"):
         costs = Costs.from_dict(model["costs"])
         ev = Evidence.from_dict(data["evidence"])
         fixed = Costs.from_dict(model["fixed_costs"]) if model.get("fixed_costs") else None
         threads = Costs.from_dict(model["thread_costs"]) if model.get("thread_costs") else None
+        if "main_floor_s" not in model["costs"]:
+            notes.append("written before the main process's floor was measured (a run at a high batch rate): the "
+                         "main process is the sum of its probes (step, receiving, pinning), and the measured points "
+                         "correct it where they disagree")
     else:
         from ..measure.machine import usable_cores
 
@@ -202,46 +203,41 @@ def replay(source: str | os.PathLike[str] | dict[str, Any], *, step_s: float | N
         ev = _recorded_evidence(data, costs, float(kept))
         fixed = threads = None
         notes.append("written before the model's inputs were kept: its costs come from the breakdown and the "
-                     "baseline run; a collate fix, if it had one, is not replayed")
-    if step_s is not None or cores is not None:
-        changes: dict[str, Any] = {}
-        if step_s is not None:
-            changes["step_s"] = step_s
-        if cores is not None:
-            changes["cores"] = float(cores)
-        costs = replace(costs, **changes)
-        fixed = replace(fixed, **changes) if fixed is not None else None
-        threads = replace(threads, **changes) if threads is not None else None
-        ev = _modelled(ev, costs, cores)
+                     "baseline run (no floor of the main process measured at a high batch rate, no measured "
+                     "sharing of the cores); a collate fix, if it had one, is not replayed")
+    if not ev.points:
+        ev = replace(ev, points=rows)
+    inputs = {"costs": costs.to_dict(), "fixed_costs": fixed.to_dict() if fixed else None,
+              "thread_costs": threads.to_dict() if threads else None}
+    tried = data.get("try_first") or {}
+    held_out = {}
+    if tried.get("setting") == "num_workers" and tried.get("measured_speedup"):  # measured after it was chosen
+        row = next((p for p in data.get("scaling") or [] if p.get("num_workers") == tried.get("value")), {})
+        if isinstance(row.get("predicted_s_per_batch"), (int, float)):
+            held_out = {int(tried["value"]): float(row["predicted_s_per_batch"])}
+    # sharing is fitted only where it was assumed, and the step the model takes was timed alone
+    if model.get("costs"):
+        fit_sharing = str(model.get("sharing", "")).startswith("assumed: the baseline had no busy workers")
+    else:  # an early diagnosis's step was timed in its baseline, beside its workers if it had any
+        fit_sharing = not ev.num_workers
+    conclusion = conclude(ev, Model(costs, fixed, threads, measured, held_out, fit_sharing), cores=cores,
+                          step_s=step_s)
+    ev, costs = conclusion.evidence, conclusion.costs
+    modelled = step_s is not None or cores is not None
+    if modelled:
         said = " and ".join(x for x in (f"a step of {step_s * 1e3:.3g} ms" if step_s is not None else "",
                                         f"{cores:g} cores" if cores is not None else "") if x)
         notes.append(f"what if: {said}; the loop's figures (its pace, wait and CPU) are the model's, not measured")
-    findings = find_causes(ev)
-    causes = {f.cause for f in findings}
-    tries = predicted_tries(costs, ev.num_workers, ev.cores, causes, fixed_costs=fixed, startup_s=ev.startup_s,
-                            one_batch_s=ev.one_batch_s, batches_per_epoch=ev.batches_per_epoch,
-                            s_per_batch=ev.s_per_batch, thread_costs=threads)
     try_first = None
-    if tries:
-        try_first = {**tries[0], "measured_speedup": None, "note": "not measured (a replay)"}
+    if conclusion.tries:
+        try_first = {**conclusion.tries[0], "measured_speedup": None, "note": "not measured (a replay)"}
         if try_first["setting"] == "collate_fn":
             try_first["value"] = (data.get("try_first") or {}).get("value")
-    top = max_workers(ev.cores)
-    scaling = [{**point, "predicted_s_per_batch": costs.s_per_batch(int(point["num_workers"]))}
-               for point in data.get("scaling") or []]
-    wait = ev.data_wait_share
-    return Diagnosis(
-        verdict=verdict_of(wait), causes=[f.cause for f in findings], data_wait_share=wait,
-        busy_share=1 - wait if math.isfinite(wait) else math.nan, try_first=try_first, findings=findings,
-        explanation=costs.explain(ev.num_workers),
+    return conclusion.diagnosis(
+        try_first=try_first, notes=notes + list(data.get("notes") or []), model={**model, **inputs},
         breakdown={**data["breakdown"], "step_s": ev.step_s, "s_per_batch": ev.s_per_batch, "wait_s": ev.wait_s,
                    "pin_s": (costs.pin_s if ev.num_workers else (costs.pin_main_s or costs.pin_s)) or None},
-        scaling=scaling, memory=data.get("memory") or {}, settings=data.get("settings") or {},
-        step=f"a replayed step ({ev.step_s * 1e3:.3g} ms)", runs=data.get("runs") or [],
-        notes=notes + list(data.get("notes") or []),
-        gpu_busy_share=None if step_s is not None or cores is not None else data.get("gpu_busy_share"),
-        source="replay", model={**model, "costs": costs.to_dict(), "fixed_costs": fixed.to_dict() if fixed else None,
-                                            "thread_costs": threads.to_dict() if threads else None,
-                                "max_workers": top},
-        evidence=ev.to_dict(), model_s_per_batch=costs.by_workers(top),
-        modelled=step_s is not None or cores is not None)
+        scaling=conclusion.scaling_rows(data.get("scaling") or []), memory=data.get("memory") or {},
+        settings=data.get("settings") or {}, step=f"a replayed step ({ev.step_s * 1e3:.3g} ms)",
+        runs=data.get("runs") or [], gpu_busy_share=None if modelled else data.get("gpu_busy_share"),
+        source="replay", modelled=modelled)

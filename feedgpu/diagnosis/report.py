@@ -229,7 +229,8 @@ class Diagnosis:
             lines.append(f"{said} per batch: {ms(self.breakdown.get('s_per_batch'))} "
                          f"(waiting {ms(self.breakdown.get('wait_s'))})")
         if self.scaling:
-            lines.append(f"batches/s by num_workers: {self._scaling_line()}")
+            lines.append(f"batches/s by num_workers, measured (model, each count predicted without its own run): "
+                         f"{self._scaling_line()}")
         lines.append(f"worker memory: {self._memory_line()}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)

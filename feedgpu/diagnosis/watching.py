@@ -38,8 +38,9 @@ from ..checks import check_int
 from ..measure.machine import total_memory_mb, usable_cores
 from ..measure.memory import MemoryProbe, available_kinds, process_roles, summarize
 from ..measure.timing import shutdown_workers
-from .causes import Evidence, MemoryGrowth, find_causes, ms, verdict_of
+from .causes import Evidence, MemoryGrowth, ms
 from .cloning import loader_settings
+from .conclusion import conclude
 from .probes import crosses_pickled, in_flight_mb
 from .report import Diagnosis
 from .runs import Snapshot, quiet_loader_warnings
@@ -194,7 +195,7 @@ class Watch:
                       idle_share=cpu.get("idle_share", math.nan), memory=self._memory(), pickled=self.pickled,
                       in_flight_mb=self.in_flight_mb, dataset_items=_length(self.loader.dataset),
                       memory_mb=total_memory_mb())
-        findings = find_causes(ev)
+        conclusion = conclude(ev)
         memory: dict[str, Any]
         if self.loader.num_workers == 0:
             memory = {"per_worker_mb": [], "reason": "0 workers: no worker to measure"}
@@ -205,20 +206,19 @@ class Watch:
             memory = {"per_worker_mb": ev.memory.per_worker_mb, "items_per_worker": ev.memory.items_per_worker,
                       "kb_per_item": ev.memory.kb_per_item,
                       "projected_epoch_mb": projected if math.isfinite(projected) else None,
-                      "named": "memory-growth" in {f.cause for f in findings}, "reason": None}
+                      "named": "memory-growth" in conclusion.causes, "reason": None}
         notes = ["watched from inside the loop: no item probe, no scaling runs and no what-if "
                  "(feedgpu.diagnose measures those)"]
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         if load is not None and load > cores:
             notes.append(f"the machine was busy (load average {load:.1f} on {cores} cores): timings are noisier")
-        return Diagnosis(
-            verdict=verdict_of(ev.data_wait_share), causes=[f.cause for f in findings],
-            data_wait_share=ev.data_wait_share, busy_share=sum(steps) / (sum(waits) + sum(steps)),
-            findings=findings, breakdown={"step_s": ev.step_s, "s_per_batch": s_per_batch, "wait_s": ev.wait_s},
+        return conclusion.diagnosis(
+            busy_share=sum(steps) / (sum(waits) + sum(steps)),
+            breakdown={"step_s": ev.step_s, "s_per_batch": s_per_batch, "wait_s": ev.wait_s},
             memory=memory, settings=loader_settings(self.loader), step=f"your loop ({ms(ev.step_s)} a step measured)",
             runs=[{"label": "watched", "num_workers": self.loader.num_workers, "s_per_batch": s_per_batch,
                    "wait_share": ev.data_wait_share, "startup_s": self.startup_s, "timed_batches": n, "cpu": cpu}],
-            notes=notes, source="watch", evidence=ev.to_dict())
+            notes=notes, source="watch")
 
 
 def _length(loader: DataLoader) -> int | None:

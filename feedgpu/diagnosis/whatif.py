@@ -21,6 +21,22 @@ formula, both measured on real machines where it fell short:
   with 16 cores, where the loop stopped at about 10 ms a batch at 12 and 15 workers while
   the formula without this term said 8.1, ``sharing = 1`` brings the model within 5%.
 
+* **A resource the workers share.** Where the workers hold one resource for part of
+  every batch (a lock, one file handle or connection, a service that takes so many
+  requests a second), ``serial_s`` seconds of it per batch, the workers' stage is a closed
+  queue: each worker spends the rest of its batch (``load_s + send_s - serial_s``) on its
+  own and then queues for the resource. Its pace with ``w`` workers comes from mean-value
+  analysis (:func:`shared_resource_s`): ``(load_s + send_s) / w`` while the resource is
+  seldom busy, ``serial_s`` once it is always busy, and between the two a curve that
+  charges the queueing. ``serial_s`` is not probed: it is fitted to the measured points
+  when the probes' model misses them (:mod:`.fitting`), as is ``load_scale``, the
+  workers' load relative to the item probe's.
+* **The main process's floor.** Its seconds per batch when batches are ready (the step,
+  receiving and pinning at a high batch rate) are measured by a run whose workers only
+  collate and send ready items (``main_floor_s``); the model takes that instead of the sum
+  of its probes, which leave out what a loop pays per batch besides (freeing a batch, the
+  loader's bookkeeping) and time receiving with a pause before each batch.
+
 Loading and handing over need a core only for the CPU part of their time: waiting items
 (a disk, a network, a sleep) leave room for more workers than cores, computing ones do
 not. The cores deliver at most one batch every ``CPU per batch / cores`` seconds, where
@@ -56,12 +72,42 @@ from typing import Any
 
 from ..model import BALANCE_TOLERANCE, explain_bottleneck, steady_state_time_per_batch
 
-__all__ = ["Costs", "MAX_WORKERS", "HEADROOM", "choose_workers", "epoch_speedup", "max_workers"]
+__all__ = ["Costs", "MAX_WORKERS", "HEADROOM", "BAND", "choose_workers", "epoch_speedup", "max_workers",
+           "shared_resource_s"]
 
 #: The most workers the diagnosis considers (more than cores help only items that wait).
 MAX_WORKERS = 16
 #: The loading stage's share of the main process's time that the chosen worker count aims for.
 HEADROOM = 0.8
+#: Measured / predicted seconds per batch within which the model describes a measured point.
+BAND = (0.75, 1.33)
+
+
+def shared_resource_s(workers: int, cycle_s: float, serial_s: float) -> float:
+    """Seconds per batch ``workers`` workers deliver when each batch takes ``cycle_s`` of
+    one worker, ``serial_s`` of it holding a resource they all share.
+
+    Mean-value analysis of a closed queue (Reiser and Lavenberg, 1980): ``workers``
+    customers, each thinking ``cycle_s - serial_s`` and then queueing for one server that
+    serves ``serial_s``. With ``n`` customers the server's residence time is ``serial_s *
+    (1 + q(n - 1))``, the throughput ``n / (think + residence)`` and the queue ``q(n) =
+    throughput * residence`` (Little's law). Without a shared part it is ``cycle_s /
+    workers``; with a shared part it never beats ``serial_s`` (the server always busy).
+
+    Raises:
+        ValueError: ``workers`` below 1.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers!r}")
+    serial = min(max(serial_s, 0.0), cycle_s)
+    if serial <= 0:
+        return cycle_s / workers
+    think, queued = cycle_s - serial, 0.0
+    for n in range(1, workers + 1):
+        residence = serial * (1 + queued)
+        throughput = n / (think + residence)
+        queued = throughput * residence
+    return 1 / throughput
 
 
 @dataclass
@@ -87,6 +133,12 @@ class Costs:
             number of workers reads a batch faster.
         sharing: how much the main process's CPU work slows per busy core, as a share of
             the cores (0 to 1; see the module's docstring).
+        load_scale: the workers' load per batch over ``load_s`` (1: as the item probe
+            timed it; fitted where the measured points say otherwise, :mod:`.fitting`).
+        serial_s: seconds per batch the workers hold one resource they share (0: none
+            known; fitted, :mod:`.fitting`).
+        main_floor_s: the main process's seconds per batch when batches are ready, measured
+            at a high batch rate (None: not measured, the sum of its probes stands).
     """
 
     load_s: float
@@ -100,11 +152,31 @@ class Costs:
     pin_main_s: float | None = None
     sharing: float = 1.0
     storage_s: float = 0.0
+    load_scale: float = 1.0
+    serial_s: float = 0.0
+    main_floor_s: float | None = None
 
     # ------------------------------------------------------------------ the stages
+    @property
+    def worker_load_s(self) -> float:
+        """Seconds one worker needs to build a batch: the probe's load times ``load_scale``."""
+        return self.load_s * self.load_scale
+
     def worker_cpu_s(self) -> float:
         """CPU seconds the workers spend per batch: the CPU part of loading, and sending."""
-        return self.load_s * self.cpu_share + self.send_s
+        return self.worker_load_s * self.cpu_share + self.send_s
+
+    def workers_s(self, num_workers: int) -> float:
+        """Seconds per batch ``num_workers`` (> 0) workers deliver, the cores aside: their
+        load and sending over their count, or the queue for a resource they share
+        (:func:`shared_resource_s`)."""
+        return shared_resource_s(num_workers, self.worker_load_s + self.send_s, self.serial_s)
+
+    def main_alone_s(self) -> float:
+        """The main process's seconds per batch with nothing else busy: its floor measured at
+        a high batch rate, or, where it was not measured, the sum of its probes (its step,
+        receiving and pinning)."""
+        return self.step_s + self.receive_s + self.pin_s if self.main_floor_s is None else self.main_floor_s
 
     def main_cpu_s(self) -> float:
         """CPU seconds the main process spends per batch beside the workers: the step's
@@ -126,7 +198,7 @@ class Costs:
         workers, at most the cores), whose root is the lesser of ``a + m*K/c`` and
         ``(a + sqrt(a^2 + 4mL/c)) / 2``.
         """
-        alone = self.step_s + self.receive_s + self.pin_s
+        alone = self.main_alone_s()
         m, cores = self.sharing * self.main_cpu_s(), max(self.cores, 0.5)
         if m <= 0 or num_workers <= 0:
             return alone
@@ -139,9 +211,9 @@ class Costs:
         if num_workers == 0:
             pin = self.pin_s if self.pin_main_s is None else self.pin_main_s
             return steady_state_time_per_batch(0, self.load_s, self.step_s + pin)
-        main = self.main_s(num_workers)
-        pace = steady_state_time_per_batch(num_workers, self.load_s, main - self.receive_s, self.send_s,
-                                           receive_s=self.receive_s)
+        # the course's formula, max(main, (load + send) / w), with the workers' stage queueing
+        # for a resource they share where one was found (the same where none was)
+        pace = max(self.main_s(num_workers), self.workers_s(num_workers))
         floor = self.floor_s()
         return max(pace if floor is None else max(pace, floor), self.storage_s)
 
@@ -154,6 +226,11 @@ class Costs:
         set the pace (which that function leaves out), a sentence saying so."""
         pace = self.s_per_batch(num_workers)
         floor = self.floor_s()
+        if num_workers and self.serial_s > 0 and self.workers_s(num_workers) >= pace * (1 - BALANCE_TOLERANCE):
+            return (f"A resource the workers share sets the pace: each batch holds it {self.serial_s * 1e3:.3g} ms "
+                    f"(fitted to the measured points), so {num_workers} "
+                    f"{'worker delivers' if num_workers == 1 else 'workers deliver'} a batch every "
+                    f"{pace * 1e3:.3g} ms and more workers would only queue for it.")
         if num_workers and self.storage_s >= pace * (1 - BALANCE_TOLERANCE):
             return (f"The storage sets the pace: at the rate the workers reached together it needs "
                     f"{self.storage_s * 1e3:.3g} ms to deliver a batch's bytes, so the model's best is one batch "
@@ -168,14 +245,17 @@ class Costs:
             text = explain_bottleneck(0, self.load_s, self.step_s)
             return text + (f" Pinning each batch adds {pin * 1e3:.3g} ms in the main thread." if pin > 0 else "")
         main = self.main_s(num_workers)
-        text = explain_bottleneck(num_workers, self.load_s, main - self.receive_s, self.receive_s)
-        shared = main - self.step_s - self.receive_s - self.pin_s
+        text = explain_bottleneck(num_workers, self.worker_load_s, main - self.receive_s, self.receive_s)
+        floor = self.main_alone_s() - self.step_s - self.receive_s - self.pin_s
+        shared = main - self.main_alone_s()
         extra = [f"pinning {self.pin_s * 1e3:.3g} ms" if self.pin_s > 0 else "",
+                 f"{floor * 1e3:+.3g} ms to its floor measured at a high batch rate" if abs(floor) > 1e-5 else "",
                  f"{shared * 1e3:.3g} ms for sharing the cores with busy workers" if shared > 1e-5 else ""]
         extra = [e for e in extra if e]
         if extra:
             text += (f" (The main process's {(main - self.receive_s) * 1e3:.3g} ms besides receiving are its step, "
-                     f"{self.step_s * 1e3:.3g} ms, {' and '.join(extra)}.)")
+                     f"{self.step_s * 1e3:.3g} ms, {', '.join(extra[:-1]) + ' and ' if len(extra) > 1 else ''}"
+                     f"{extra[-1]}.)")
         return text
 
     def with_hand_over(self, load_s: float, load_cpu_s: float, send_s: float, receive_s: float) -> Costs:
@@ -200,19 +280,33 @@ def max_workers(cores: float) -> int:
     return max(1, min(MAX_WORKERS, int(4 * cores)))
 
 
-def choose_workers(costs: Costs, current: int, top: int) -> tuple[int | None, str]:
+def choose_workers(costs: Costs, current: int, top: int, avoid: frozenset[int] | set[int] = frozenset()
+                   ) -> tuple[int | None, str]:
     """The worker count to try, at most ``top`` (see the module's docstring), and why; None
-    when none beats ``current``."""
+    when none beats ``current``.
+
+    ``avoid``: counts already measured. Where the count the rule picks is one of them and a
+    count not measured predicts within 2% of its time, that one is tried instead, so that
+    the what-if checks the model where it was not fitted.
+    """
     times = {w: costs.s_per_batch(w) for w in range(1, top + 1)}
     best = min(times.values())
     candidates = [w for w in range(current + 1, top + 1)]
-    for w in candidates:
-        if times[w] <= best * 1.02 and (costs.load_s + costs.send_s) / w <= HEADROOM * costs.main_s(w):
-            return w, (f"the fewest workers that, by the model, deliver a batch in at most {HEADROOM:.0%} of the "
-                       "main process's time per batch")
-    for w in candidates:
-        if times[w] <= best * 1.02:
-            return w, "the fewest workers that reach the model's best time per batch on these cores"
+    rules = ((lambda w: times[w] <= best * 1.02 and costs.workers_s(w) <= HEADROOM * costs.main_s(w),
+              f"the fewest workers that, by the model, deliver a batch in at most {HEADROOM:.0%} of the "
+              "main process's time per batch"),
+             (lambda w: times[w] <= best * 1.02,
+              "the fewest workers that reach the model's best time per batch on these cores"))
+    for rule, why in rules:
+        chosen = next((w for w in candidates if rule(w)), None)
+        if chosen is None:
+            continue
+        if chosen in avoid:
+            fresh = next((w for w in candidates if w > chosen and w not in avoid and times[w] <= times[chosen] * 1.02),
+                         None)
+            if fresh is not None:
+                return fresh, why + f" ({chosen} was measured already: {fresh} predicts the same and was not)"
+        return chosen, why
     return None, "the model predicts no gain from more workers"
 
 
@@ -225,10 +319,22 @@ def epoch_speedup(startup_s: float, new_startup_s: float, batches: int, s_per_ba
     return now / new if new > 0 else math.nan
 
 
+def _measured_choice(measured: dict[int, float], current: int) -> tuple[int | None, str, float]:
+    """The fewest measured workers within 2% of the fastest measured, and its measured gain
+    over the current count (None where the current count was not measured or nothing beats it)."""
+    if current not in measured:
+        return None, "", 0.0
+    best = min(measured.values())
+    chosen = min(w for w, s in measured.items() if s <= best * 1.02)
+    return (chosen, "measured: the model does not explain the measured points, so only a measured count is "
+            "advised, for the gain measured there", measured[current] / measured[chosen])
+
+
 def predicted_tries(costs: Costs, num_workers: int, cores: float, causes: set[str], *,
                     fixed_costs: Costs | None = None, startup_s: float = math.nan, one_batch_s: float = math.nan,
                     batches_per_epoch: int | None = None, s_per_batch: float = math.nan,
-                    thread_costs: Costs | None = None) -> list[dict[str, Any]]:
+                    thread_costs: Costs | None = None, measured: dict[int, float] | None = None,
+                    trusted: bool = True) -> list[dict[str, Any]]:
     """The settings worth trying for ``causes``, each with the model's predicted speed-up, best first.
 
     One dict per setting: ``{"setting", "value", "why", "predicted_speedup"}`` (the
@@ -242,14 +348,35 @@ def predicted_tries(costs: Costs, num_workers: int, cores: float, causes: set[st
         startup_s, one_batch_s, batches_per_epoch, s_per_batch: the epoch's figures, for
             ``persistent_workers``; ``s_per_batch``, the measured pace, also for ``worker_init_fn``.
         thread_costs: the costs with the items timed on one thread per pool, where they were.
+        measured: seconds per batch measured by worker count (the scaling points). A count
+            among them is tried only where no count that was not measured predicts as well.
+        trusted: whether the model explains the measured points (:mod:`.fitting`). Where it
+            does not, ``num_workers`` is chosen from the measured points alone: the fewest
+            within 2% of the fastest measured, for the gain measured there. Either way no
+            count is tried where every count measured beyond the current one gained under 5%:
+            the points do not support a gain further on.
     """
     now = costs.s_per_batch(num_workers)
     tries: list[dict[str, Any]] = []
-    if causes & {"main-process-loading", "too-few-workers"}:
-        chosen, why = choose_workers(costs, num_workers, max_workers(cores))
-        if chosen is not None and now / costs.s_per_batch(chosen) >= 1.05:
-            tries.append({"setting": "num_workers", "value": chosen, "why": why,
-                          "predicted_speedup": now / costs.s_per_batch(chosen)})
+    measured = {w: s for w, s in (measured or {}).items() if s is not None and math.isfinite(s) and s > 0}
+    if causes & {"main-process-loading", "too-few-workers", "serialised"}:
+        if trusted:
+            chosen, why = choose_workers(costs, num_workers, max_workers(cores), avoid=set(measured))
+            # against the model's own pace at the current count (its errors then cancel), unless the
+            # model misses that count's measurement: then against what was measured there
+            base = measured.get(num_workers, now)
+            base = now if BAND[0] <= base / now <= BAND[1] else base
+            gain = base / costs.s_per_batch(chosen) if chosen is not None else 0.0
+            pace = costs.s_per_batch(chosen) if chosen is not None else math.nan
+            beyond = [s for w, s in measured.items() if w > num_workers]
+            if num_workers in measured and beyond and measured[num_workers] / min(beyond) < 1.05:
+                chosen = None  # every count measured beyond this one gained nothing: no gain is extrapolated
+        else:
+            chosen, why, gain = _measured_choice(measured, num_workers)
+            pace = measured.get(chosen, math.nan)
+        if chosen is not None and gain >= 1.05:
+            tries.append({"setting": "num_workers", "value": chosen, "why": why, "predicted_speedup": gain,
+                          "predicted_s_per_batch": pace})
     if fixed_costs is not None:
         tries.append({"setting": "collate_fn", "value": None,
                       "why": "the same collate, its numpy arrays carried as tensors in shared memory",

@@ -21,6 +21,10 @@ Real items do both, and workers have pools of threads; this module also has:
   built it, so a notebook can see what a worker really runs with;
 * :class:`ThrottledReadDataset`: each item reads its bytes through one storage channel of
   known bandwidth that every process shares, as a network file system at its limit;
+* :class:`LockedDataset`: a share of each item's wait under one lock that every process
+  shares, as one HDF5 file or one database connection makes it;
+* :class:`RateLimitedDataset`: each item is one request to a service that takes so many
+  requests a second, whoever sends them;
 * :func:`limit_worker_threads`: a ``worker_init_fn`` that limits a worker's pools to one
   thread.
 
@@ -60,6 +64,8 @@ __all__ = [
     "SlowStartDataset",
     "MatmulDataset",
     "ThrottledReadDataset",
+    "LockedDataset",
+    "RateLimitedDataset",
     "blas_threads",
     "ThreadReportDataset",
     "limit_worker_threads",
@@ -473,3 +479,87 @@ class ThrottledReadDataset(Dataset):
 
     def __repr__(self) -> str:
         return f"ThrottledReadDataset(n={self.n}, item_bytes={self.item_bytes}, bytes_per_s={self.bytes_per_s:g})"
+
+
+class LockedDataset(_CostDataset):
+    """Items that each wait ``seconds_per_item``, ``locked_share`` of it holding one lock
+    that every process shares: one HDF5 file, one database connection or one client opened
+    in ``__init__`` and used by every worker.
+
+    The lock is made here (a :mod:`multiprocessing` lock of the default context), so the
+    workers inherit it (*fork*) or receive it as they start (*spawn*). One process alone
+    fetches an item in ``seconds_per_item``; ``W`` workers fetch at most one item every
+    ``locked_share * seconds_per_item``, however many they are. The unlocked part comes
+    first, then the locked part.
+
+    Args:
+        n: number of items.
+        seconds_per_item: the item's whole wait (``time.sleep``).
+        locked_share: the share of it under the lock (0 to 1).
+        item_shape: shape of each item's payload (default a scalar).
+
+    Raises:
+        ValueError: a negative ``n`` or wait, or ``locked_share`` outside 0 to 1.
+
+    ``dataset[i]`` returns a ``float32`` tensor of ``item_shape`` filled with ``i % 256``.
+    """
+
+    def __init__(self, n: int, seconds_per_item: float, locked_share: float = 1.0,
+                 item_shape: Sequence[int] = ()) -> None:
+        super().__init__(n, item_shape)
+        self.seconds_per_item = check_seconds("seconds_per_item", seconds_per_item)
+        if not 0.0 <= locked_share <= 1.0:
+            raise ValueError(f"locked_share must be between 0 and 1, got {locked_share!r}")
+        self.locked_share = float(locked_share)
+        self._lock = multiprocessing.get_context().Lock()
+
+    def _cost(self, index: int) -> None:
+        locked = self.seconds_per_item * self.locked_share
+        time.sleep(self.seconds_per_item - locked)
+        with self._lock:
+            time.sleep(locked)
+
+    def __repr__(self) -> str:
+        return (f"LockedDataset(n={self.n}, seconds_per_item={self.seconds_per_item}, "
+                f"locked_share={self.locked_share})")
+
+
+class RateLimitedDataset(_CostDataset):
+    """Items that are each one request to a service taking ``requests_per_s`` requests a
+    second from every process together, each answered ``latency_s`` after it is let in.
+
+    The service lets requests in one every ``1 / requests_per_s`` seconds, in the order
+    they come (a shared clock of when it next lets one in, made here, which the workers
+    inherit or receive as they start, as :class:`ThrottledReadDataset`'s channel). One
+    process alone waits ``latency_s`` (or the spacing, if longer) per item; any number of
+    workers together fetch at most ``requests_per_s`` items a second. Nothing is read:
+    the kernel counts no bytes for it.
+
+    Args:
+        n: number of items.
+        requests_per_s: the service's limit.
+        latency_s: the wait for an answer once let in.
+        item_shape: shape of each item's payload (default a scalar).
+
+    Raises:
+        ValueError: a negative ``n`` or latency, or a limit not above 0.
+    """
+
+    def __init__(self, n: int, requests_per_s: float, latency_s: float = 0.001,
+                 item_shape: Sequence[int] = ()) -> None:
+        super().__init__(n, item_shape)
+        self.requests_per_s = float(requests_per_s)
+        if not self.requests_per_s > 0:
+            raise ValueError(f"requests_per_s must be above 0, got {requests_per_s!r}")
+        self.latency_s = check_seconds("latency_s", latency_s)
+        self._next_at = multiprocessing.get_context().Value("d", 0.0)  # time.monotonic(): system-wide
+
+    def _cost(self, index: int) -> None:
+        with self._next_at.get_lock():
+            let_in = max(time.monotonic(), self._next_at.value)
+            self._next_at.value = let_in + 1.0 / self.requests_per_s
+        time.sleep(max(let_in - time.monotonic(), 0.0) + self.latency_s)
+
+    def __repr__(self) -> str:
+        return (f"RateLimitedDataset(n={self.n}, requests_per_s={self.requests_per_s:g}, "
+                f"latency_s={self.latency_s})")

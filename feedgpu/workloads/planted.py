@@ -32,7 +32,7 @@ from ..checks import check_int, check_seconds
 from ..diagnosis.accelerator import ReplayedStep
 from ..measure.machine import usable_cores
 from .arrays import SleepArrayDataset, collate_list
-from .cost import MatmulDataset, SleepDataset, SpinDataset, ThrottledReadDataset
+from .cost import LockedDataset, MatmulDataset, RateLimitedDataset, SleepDataset, SpinDataset, ThrottledReadDataset
 from .records import _position, make_python_records
 
 __all__ = [
@@ -48,10 +48,14 @@ __all__ = [
     "memory_growth",
     "thread_oversubscription",
     "storage_bound",
+    "serialised",
+    "quarter_locked",
+    "rate_limited",
     "HostWorkStep",
     "main_thread_work",
     "Planted",
     "PLANTED",
+    "SHARED",
 ]
 
 #: Seconds :func:`slow_worker_start` keeps each worker before its first item.
@@ -168,6 +172,30 @@ def storage_bound() -> DataLoader:
                       persistent_workers=True)
 
 
+def serialised() -> DataLoader:
+    """2 persistent workers over 3 ms items that wait under one lock every process shares
+    (:class:`~feedgpu.workloads.cost.LockedDataset`), batches of 8: one batch every 24 ms
+    with 1 worker, and with 2, 3 or 8 alike; nothing is read and the cores stay idle."""
+    return DataLoader(LockedDataset(4096, 0.003, locked_share=1.0), batch_size=8, num_workers=2,
+                      persistent_workers=True)
+
+
+def quarter_locked() -> DataLoader:
+    """1 persistent worker over 4 ms items, the last quarter of each under one lock every
+    process shares, batches of 8: 32 ms a batch with 1 worker, never under 8 ms however
+    many (the lock's), and a queue for it in between."""
+    return DataLoader(LockedDataset(4096, 0.004, locked_share=0.25), batch_size=8, num_workers=1,
+                      persistent_workers=True)
+
+
+def rate_limited() -> DataLoader:
+    """2 persistent workers over items that are each one request to a service taking 400
+    requests a second from everyone (:class:`~feedgpu.workloads.cost.RateLimitedDataset`),
+    batches of 8: one batch every 20 ms at best, however many workers ask."""
+    return DataLoader(RateLimitedDataset(4096, requests_per_s=400, latency_s=0.001), batch_size=8, num_workers=2,
+                      persistent_workers=True)
+
+
 class HostWorkStep(ReplayedStep):
     """A training step that first works ``cpu_s`` on this thread's CPU (tokenising, packing,
     augmenting in the loop), then waits ``device_s`` for its accelerator (a sleep, as
@@ -213,5 +241,15 @@ PLANTED: dict[str, Planted] = {
     "memory-growth": Planted(memory_growth, 0.020, "memory-growth", None),
     "thread-oversubscription": Planted(thread_oversubscription, 0.010, "thread-oversubscription", "worker_init_fn"),
     "storage-bound": Planted(storage_bound, 0.020, "storage-bound", None),
+    "serialised": Planted(serialised, 0.005, "serialised", None),
     "main-thread-work": Planted(main_thread_work, 0.025, "main-thread-work", None, HostWorkStep),
+}
+
+#: Loaders whose workers share one resource (all ``serialised``), by what they share: the
+#: scaling runs must show it, the model must be corrected by it, and a worker count is
+#: tried only where the corrected model predicts a gain (the quarter lock's, up to its pace).
+SHARED: dict[str, Planted] = {
+    "a lock over every item": PLANTED["serialised"],
+    "a lock over a quarter of each item": Planted(quarter_locked, 0.005, "serialised", "num_workers"),
+    "a service of 400 requests a second": Planted(rate_limited, 0.005, "serialised", None),
 }

@@ -1,9 +1,12 @@
 """The take-home diagnosis (``feedgpu.diagnose``): its what-ifs against its predictions, and its cost.
 
-* For each planted loader with a fix to try, and those whose cause is new (named, nothing to try) (:data:`feedgpu.workloads.planted.PLANTED`):
+* For each planted loader with a fix to try, and those whose cause is new (named, nothing to try) (:data:`feedgpu.workloads.planted.PLANTED`),
+  and each loader whose workers share one resource (:data:`~feedgpu.workloads.planted.SHARED`):
   whether the planted cause was named, the model's predicted speed-up of the setting
-  tried, the measured one, and measured / predicted (budget: 0.75 to 1.25); and the
-  diagnosis's wall time against its ``max_seconds``.
+  tried, the measured one, and measured / predicted (budget: 0.75 to 1.25); the lowest
+  and the highest measured / predicted seconds per batch over the worker counts it
+  measured, each predicted without its own measurement (leave one out; budget: 0.75 to
+  1.33); and the diagnosis's wall time against its ``max_seconds``.
 * The cost of watching a loop (``feedgpu.diagnose.watch``) on the healthy loader: the
   loop's time per step with and without it, in paired rounds (alternating which goes
   first, so a drift of the machine's load hits both), as a share of the step time
@@ -48,10 +51,11 @@ UNTRIED = {None, "cpu-saturated", "memory-growth"}
 def bench_diagnosis() -> list[Figure]:
     """Measured / predicted speed-up of each planted what-if; the overhead of watch()."""
     from feedgpu.diagnosis import diagnose
-    from feedgpu.workloads.planted import PLANTED
+    from feedgpu.workloads.planted import PLANTED, SHARED
 
     out = []
-    for name, case in PLANTED.items():
+    cases = {**PLANTED, **{name: case for name, case in SHARED.items() if case not in PLANTED.values()}}
+    for name, case in cases.items():
         if case.setting is None and case.cause in UNTRIED:
             continue
         start = time.perf_counter()
@@ -59,6 +63,13 @@ def bench_diagnosis() -> list[Figure]:
         seconds = time.perf_counter() - start
         out.append(figure(f"diagnosis {name}: cause named", float(case.cause in result.causes), "",
                           f"causes {result.causes}"))
+        ratios = {p["num_workers"]: p["s_per_batch"] / p["predicted_s_per_batch"] for p in result.scaling
+                  if p.get("s_per_batch") and p.get("predicted_s_per_batch") and p["num_workers"] > 0}
+        if ratios:
+            said = ", ".join(f"{w}: {r:.2f}" for w, r in sorted(ratios.items()))
+            out += [figure(f"diagnosis {name}: measured / leave-one-out, lowest", min(ratios.values()), "x",
+                           f"by num_workers {said}; budget 0.75 to 1.33"),
+                    figure(f"diagnosis {name}: measured / leave-one-out, highest", max(ratios.values()), "x")]
         if case.setting is None:  # named, and nothing to try
             out.append(figure(f"diagnosis {name}: wall time / budget", seconds / MAX_SECONDS, "x",
                               f"{seconds:.1f} s of max_seconds={MAX_SECONDS:g}"))
