@@ -112,13 +112,16 @@ SPAN = 2.0
 
 def _identified(model: Costs, family: tuple[str, ...], counts: Iterable[int]) -> bool:
     """Whether a measured point depends on ``family``'s parameters in ``model``: the
-    workers' stage sets the pace of one of them (``load_scale``, ``serial_s``), or the main
-    process's does (``sharing``). A value that no point depends on is not a fit but a guess
+    workers' stage or the cores' pace sets the pace of one of them (``load_scale``,
+    ``serial_s``), or the main process's does (``sharing``). A value that no point depends on is not a fit but a guess
     (points at 14 to 16 workers, all waiting for the main process, say nothing of the
     workers' load): it is not taken."""
     for w in counts:
         pace = model.s_per_batch(w)
-        stage = model.main_s(w) if family == ("sharing",) else model.workers_s(w)
+        if family == ("sharing",):
+            stage = model.main_s(w)
+        else:  # the workers' own pace, or the cores' (the load's CPU is most of what they carry)
+            stage = max(model.workers_s(w), model.floor_s() or 0.0)
         if stage >= SETS_PACE * pace:
             return True
     return False
@@ -238,8 +241,8 @@ def check_model(costs: Costs, measured: dict[int, float], held_out: dict[int, fl
     margin = TIE if outside else CLEARLY
     choice, choice_loo, choice_error = None, probes, worst(probes)
     for family in FAMILIES:
-        if "sharing" in family and not fit_sharing:
-            continue
+        if ("sharing" in family and not fit_sharing) or _fit(costs, family, points) is None:
+            continue  # a family every point together cannot fit is no correction
         predicted = loo(family)
         error = worst(predicted)
         if error < choice_error - (TIE if choice is not None else margin):

@@ -285,9 +285,10 @@ def choose_workers(costs: Costs, current: int, top: int, avoid: frozenset[int] |
     """The worker count to try, at most ``top`` (see the module's docstring), and why; None
     when none beats ``current``.
 
-    ``avoid``: counts already measured. Where the count the rule picks is one of them and a
-    count not measured predicts within 2% of its time, that one is tried instead, so that
-    the what-if checks the model where it was not fitted.
+    ``avoid``: counts already measured. Where the count the rule picks is one of them and
+    one worker more was not measured and predicts within 2% of its time, that one is tried
+    instead, so that the what-if checks the model where it was not fitted; otherwise the
+    count the rule picks stands, and the what-if measures it again.
     """
     times = {w: costs.s_per_batch(w) for w in range(1, top + 1)}
     best = min(times.values())
@@ -301,9 +302,9 @@ def choose_workers(costs: Costs, current: int, top: int, avoid: frozenset[int] |
         chosen = next((w for w in candidates if rule(w)), None)
         if chosen is None:
             continue
-        if chosen in avoid:
-            fresh = next((w for w in candidates if w > chosen and w not in avoid and times[w] <= times[chosen] * 1.02),
-                         None)
+        if chosen in avoid:  # one worker more at most: the advice stays the fewest that do the job
+            fresh = next((w for w in candidates if w == chosen + 1 and w not in avoid
+                          and times[w] <= times[chosen] * 1.02), None)
             if fresh is not None:
                 return fresh, why + f" ({chosen} was measured already: {fresh} predicts the same and was not)"
         return chosen, why
