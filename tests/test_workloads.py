@@ -217,6 +217,7 @@ def test_limit_worker_threads_partial_sets_another_limit():
     lambda: LockedDataset(64, 0.004, locked_share=1.0),
     lambda: RateLimitedDataset(64, requests_per_s=250, latency_s=0.0),
 ], ids=["lock", "rate-limited"])
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_items_that_share_one_resource_come_no_faster_with_more_workers(make):
     """16 items of 4 ms each on one resource every process shares: 4 workers together still
     take at least 16 x 4 ms (a generous 0.8 of it for the clock), where 4 workers over

@@ -54,7 +54,7 @@ from .conclusion import Conclusion, Model, conclude
 from .probes import (HandOverCost, ItemCost, Reading, ReadyItems, crosses_pickled, disagreement_note, in_flight_mb,
                      one_thread, probe_hand_over, probe_items, probe_pinning)
 from .report import Diagnosis
-from .runs import Run, measure_run
+from .runs import MIN_TIMED, Run, measure_run, min_timed
 from .threads import OneThreadPerPool, can_limit_pools, one_thread_pools, pool_threads
 from .whatif import Costs, choose_workers, epoch_speedup, max_workers
 
@@ -67,9 +67,7 @@ PHASES: tuple[tuple[str, float], ...] = (("items", 0.08), ("baseline", 0.36), ("
                                          ("scaling", 0.84), ("what-if", 1.0))
 #: The most batches a run times (a sample, never a whole epoch of a large dataset).
 MAX_TIMED = 40
-#: The fewest timed batches a run needs to count as a point the model is checked against
-#: (fewer can be the workers' first burst, still queued from the warm-up).
-MIN_POINT_BATCHES = 4
+
 
 
 class Budget:
@@ -166,7 +164,7 @@ class _Diagnosis:
         loader = self.loader if loader is None else loader
         workers = changes.get("num_workers", loader.num_workers)
         warmup = max(2, 2 * workers)  # every worker has delivered its first burst: the timed batches are steady
-        needed = self.start_s(workers) + (warmup + 4) * estimate_s * repeats
+        needed = self.start_s(workers) + (warmup + 1 + min_timed(workers)) * estimate_s * repeats
         room = soft_deadline - time.perf_counter()
         if label != "baseline" and needed > 1.1 * room:  # it could not time a batch before its deadline
             run = Run(label, workers, None, f"skipped: it needs about {needed:.1f} s and its share of the budget "
@@ -513,7 +511,7 @@ class _Diagnosis:
         """The scaling runs (:meth:`scaling_counts`), as many as the phase has room for:
         the nearest counts first, then the farthest beyond, then the one half-way; each
         run's share of what is left in proportion to what it needs for the baseline's count
-        of timed batches, and never less than what it needs for three."""
+        of timed batches, and never less than what it needs to be a point (:func:`~.runs.min_timed`)."""
         self.budget.begin("scaling")
         counts = self.scaling_counts()
         order = counts[:2] + sorted(counts[2:], reverse=True)  # near, then the farthest beyond, then half-way
@@ -522,9 +520,9 @@ class _Diagnosis:
             room = self.budget.deadline("scaling") - time.perf_counter()
             kept, total = [], 0.0
             for w in order:  # what fits, in order of priority
-                if total + self.run_need_s(w, 3) <= room:
+                if total + self.run_need_s(w, min_timed(w)) <= room:
                     kept.append(w)
-                    total += self.run_need_s(w, 3)
+                    total += self.run_need_s(w, min_timed(w))
             for w in [w for w in counts if w not in kept]:
                 self.scaling[w] = self.run(f"num_workers={w}", self.estimate_s(w), time.perf_counter(),
                                            num_workers=w)  # not measured: it says why
@@ -534,7 +532,7 @@ class _Diagnosis:
                 break
             w = counts[0]  # in ascending order, so each run's estimate can lean on the last
             needs = [self.run_need_s(v, timed) for v in counts]
-            share = max(room * needs[0] / sum(needs), self.run_need_s(w, 3))
+            share = max(room * needs[0] / sum(needs), self.run_need_s(w, min_timed(w)))
             self.scaling[w] = self.run(f"num_workers={w}", self.estimate_s(w), time.perf_counter() + share,
                                        num_workers=w)
             counts, order = counts[1:], [v for v in order if v != w]
@@ -585,8 +583,13 @@ class _Diagnosis:
                      "receive_s": self.handover.receive_s if w else None,
                      "pin_s": self.pin_s, "step_s": ev.step_s, "s_per_batch": ev.s_per_batch, "wait_s": ev.wait_s,
                      "item_cpu_share": self.items.cpu_share}
+        for k, run in sorted(self.scaling.items()):
+            if run.measured and not _counts(run):
+                self.notes.append(f"{run.label}: {run.timing.n_batches[0]} timed batches, fewer than the "
+                                  f"{min_timed(run.num_workers)} a point needs (one round of its workers, at least "
+                                  f"{MIN_TIMED}: fewer can be one burst): not measured")
         scaling = conclusion.scaling_rows([
-            {"num_workers": k, "label": run.label, "s_per_batch": run.s_per_batch if run.measured else None,
+            {"num_workers": k, "label": run.label, "s_per_batch": run.s_per_batch if _counts(run) else None,
              "spread": _halves_spread(run), "timed_batches": run.timing.n_batches[0] if run.measured else 0}
             for k, run in sorted(self.scaling.items())])
         memory = self.memory_figures(ev, named="memory-growth" in conclusion.causes)
@@ -666,7 +669,7 @@ def _chunk_means(values: list[float], chunks: int) -> list[float]:
 
 def _counts(run: Run) -> bool:
     """Whether a run timed enough batches to be a point of the model's check."""
-    return run.measured and run.timing.n_batches[0] >= MIN_POINT_BATCHES
+    return run.measured and run.timing.n_batches[0] >= min_timed(run.num_workers)
 
 
 def _halves_spread(run: Run) -> float | None:

@@ -38,9 +38,20 @@ from .threads import busy_threads, thread_cpu_s
 from .causes import MemoryGrowth
 from .cloning import sampled_loader
 
-__all__ = ["Snapshot", "MemoryGrowth", "Run", "Bounded", "measure_run", "quiet_loader_warnings"]
+__all__ = ["Snapshot", "MemoryGrowth", "Run", "Bounded", "measure_run", "quiet_loader_warnings", "MIN_TIMED", "min_timed"]
 
 logger = logging.getLogger(__name__)
+
+#: The fewest timed batches a run goes on to past its soft deadline, and at least one a
+#: worker: fewer can be one burst (workers that share a resource, or start together,
+#: finish their batches together and hand them over in a row), and no point for the model.
+MIN_TIMED = 4
+
+
+def min_timed(num_workers: int) -> int:
+    """The fewest timed batches a run of ``num_workers`` workers is a point with: one round
+    of its workers, at least :data:`MIN_TIMED`."""
+    return max(MIN_TIMED, num_workers)
 
 
 @contextmanager
@@ -331,7 +342,7 @@ def measure_run(loader: DataLoader, step: Callable[[Any], Any], *, label: str, b
     # a small sample keeps 3 batches timed (the fewest the harness reports on) before it warms up every worker
     warmup = max(0, min(warmup, total - 1 - min(3, max(total - 2, 1))))
     bounded = Bounded(sample, total, warmup=warmup, soft_deadline=soft_deadline, hard_deadline=hard_deadline,
-                      min_batches=warmup + 3, memory=memory, restore=restore)
+                      min_batches=warmup + 1 + min_timed(sample.num_workers), memory=memory, restore=restore)
     num_workers = sample.num_workers
     try:
         with quiet_loader_warnings():

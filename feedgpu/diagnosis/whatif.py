@@ -45,10 +45,12 @@ process's (:meth:`Costs.floor_s`).
 
 One setting per cause that a loader setting fixes:
 
-* ``main-process-loading``, ``too-few-workers``: ``num_workers``, the fewest workers that
-  reach the model's best time with the loading stage at most 80% of the main process's
-  (so the pipeline does not run balanced on a knife's edge), or else the fewest within 2%
-  of the best (:func:`choose_workers`);
+* ``main-process-loading``, ``too-few-workers``, ``serialised``: ``num_workers``, the
+  fewest workers that reach the model's best time with the loading stage at most 80% of
+  the main process's (so the pipeline does not run balanced on a knife's edge), or else
+  the fewest within 2% of the best (:func:`choose_workers`), by the model checked against
+  the measured points (:mod:`.fitting`); for ``serialised`` that is the model with the
+  resource the workers share, which advises workers only up to its pace;
 * ``hand-over`` of pickled numpy arrays: ``collate_fn``, the user's collate wrapped so
   that arrays cross as tensors in shared memory
   (:class:`~feedgpu.diagnosis.collate.SharedTensorCollate`);
