@@ -29,7 +29,16 @@ memory, which the operating system promises not to move. So:
   pinning cost is that steady state.
 
 Each of the three is modelled by one :class:`LinearCost`: a fixed latency plus bytes ÷
-bandwidth. :class:`CopyCosts` holds the three, and the host's cost of one wait for the
+bandwidth. A pinned copy is DMA alone: it runs at the same speed from one run to the next
+(on the recorded H200, 64 MiB in 1.215 to 1.23 ms over eight runs), so the model predicts
+it as a point. A pageable copy is a host copy into a staging buffer, on one thread, then
+DMA: its speed follows the host's memory traffic, its caches and its page faults, and
+varies from run to run (64 MiB in 4.3 to 7.0 ms over eight runs on the same H200; a loop
+of such copies ran at 7.1 GB/s one day and 5.9 the next on another H200). So the model
+predicts a pageable copy, and pinning where its readings spread, as a range
+(:class:`CopyRange`: the fastest and the slowest line the machine's readings hold,
+:func:`copy_range`), and a loop of them as a range too (:func:`training_loop_range_s`,
+:func:`strategy_range_s`); :func:`range_note` says whether a measurement fell inside. :class:`CopyCosts` holds the three, and the host's cost of one wait for the
 device (``sync_s``: the round trip of the ``cudaStreamSynchronize`` that a blocking
 ``.to()`` adds after its copy).
 
@@ -59,12 +68,19 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 __all__ = [
     "LinearCost",
+    "CopyRange",
+    "copy_range",
+    "pageable_range",
+    "spread_range",
+    "range_note",
+    "PINNING_SPREAD",
+    "PINNING_FROM",
     "CopyCosts",
     "STRATEGIES",
     "FROM_PAGEABLE",
@@ -74,6 +90,8 @@ __all__ = [
     "pin_then_copy_slowdown",
     "pin_then_copy_limit",
     "training_loop_s",
+    "training_loop_range_s",
+    "strategy_range_s",
     "CostFit",
     "fit_linear_cost",
     "IN_LOOP_FROM",
@@ -121,6 +139,112 @@ class LinearCost:
 
 
 @dataclass(frozen=True)
+class CopyRange:
+    """A cost that varies from run to run: the fastest and the slowest line it ran at.
+
+    Attributes:
+        fast: the line of its fastest readings (the least time).
+        slow: the line of its slowest readings (the most time).
+
+    Raises:
+        TypeError: an end that is not a :class:`LinearCost`.
+        ValueError: ``fast`` slower than ``slow`` for large copies.
+    """
+
+    fast: LinearCost
+    slow: LinearCost
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.fast, LinearCost) and isinstance(self.slow, LinearCost)):
+            raise TypeError(f"a CopyRange's ends are LinearCosts, got {self.fast!r} and {self.slow!r}")
+        if self.fast.bytes_per_s < self.slow.bytes_per_s:
+            raise ValueError(f"the fast end ({self.fast.bytes_per_s / 1e9:.3g} GB/s) is slower than the slow end "
+                             f"({self.slow.bytes_per_s / 1e9:.3g} GB/s)")
+
+    def time_s(self, nbytes: float) -> tuple[float, float]:
+        """``(least, most)`` seconds to move ``nbytes`` bytes."""
+        return self.fast.time_s(nbytes), self.slow.time_s(nbytes)
+
+    @property
+    def spread(self) -> float:
+        """The fastest bandwidth over the slowest (1: no spread)."""
+        return self.fast.bytes_per_s / self.slow.bytes_per_s
+
+
+def copy_range(readings: Iterable[tuple[float, float]], latency_s: float, *, smallest: float = 0,
+               slowest: Iterable[tuple[float, float]] = ()) -> CopyRange | None:
+    """The range of bandwidths ``readings`` ran at: ``(bytes, seconds)``, every reading (not a
+    median), of copies of at least ``smallest`` bytes; ``slowest``: more readings that count
+    for the slow end only (a copy whose speed bounds this one's from below, such as the
+    one-thread host copy that stages a pageable copy). Each end keeps ``latency_s``; its
+    bandwidth is the fastest (slowest) a reading reached once that latency is paid.
+
+    Returns:
+        A :class:`CopyRange`, or None without a reading of that size.
+    """
+    def rates(points: Iterable[tuple[float, float]]) -> list[float]:
+        return [b / (t - latency_s) for b, t in points if b >= smallest and t > latency_s and b > 0]
+
+    main = rates(readings)
+    if not main:
+        return None
+    low = rates(slowest)
+    return CopyRange(LinearCost(latency_s, max(main)), LinearCost(latency_s, min(main + low)))
+
+
+def pageable_range(in_loop: Iterable[tuple[float, float]], alone: Iterable[tuple[float, float]],
+                   latency_s: float = 0.0, *, one_thread: Iterable[tuple[float, float]] = ()) -> CopyRange | None:
+    """The range a pageable copy of a batch's size runs in, from every reading of a machine's
+    pageable copies, ``(bytes, seconds)``, from :data:`IN_LOOP_FROM` bytes up.
+
+    Its fast end is the fastest copy inside a loop (from fresh sources, as a loader hands
+    them over; the copies alone where none was timed in a loop: a sweep that copies one
+    source again and again can run from the caches, faster than any loop); its slow end
+    the slowest of every pageable copy and of the ``one_thread`` host copies (a pageable
+    copy's staging is a host copy on one thread). None without a reading of that size.
+    """
+    in_loop, alone, one_thread = list(in_loop), list(alone), list(one_thread)
+    fast = [(b, t) for b, t in in_loop if b >= IN_LOOP_FROM] or alone
+    return copy_range(fast, latency_s, smallest=IN_LOOP_FROM, slowest=in_loop + alone + one_thread)
+
+
+def spread_range(line: LinearCost, readings: Iterable[tuple[float, Sequence[float]]], *, smallest: float,
+                 spread: float) -> CopyRange | None:
+    """``line`` widened by its readings' spread from run to run: at each size of at least
+    ``smallest`` bytes, how far the slowest and the fastest of its readings
+    (``(bytes, [seconds, ...])``) lie from their median; the worst of each, put around the
+    line. None where the two together stay within ``spread`` (a point then), or without readings."""
+    rows = [(b, list(ts)) for b, ts in readings if b >= smallest and len(ts) >= 2]
+    if not rows:
+        return None
+    medians = [float(np.median(ts)) for _, ts in rows]
+    slower = max(max(ts) / m for (_, ts), m in zip(rows, medians))
+    faster = max(m / min(ts) for (_, ts), m in zip(rows, medians))
+    if slower * faster <= spread:
+        return None
+    return CopyRange(LinearCost(line.latency_s, line.bytes_per_s * faster),
+                     LinearCost(line.latency_s, line.bytes_per_s / slower))
+
+
+#: Pinning's readings this far apart from run to run (fastest over slowest, at one size)
+#: make it a range (:func:`spread_range`); sizes from :data:`PINNING_FROM` up, since
+#: smaller ones fit in the CPU's caches and pin faster (the fitted line's business).
+PINNING_SPREAD = 1.25
+PINNING_FROM = 16 * 2**20
+
+
+def range_note(measured_s: float, low_s: float, high_s: float) -> str:
+    """Whether a measurement fell inside a predicted range, in words, with the range (ms)."""
+    span = f"{low_s * 1e3:.3g}-{high_s * 1e3:.3g} ms"
+    if low_s <= measured_s <= high_s:
+        return f"inside the predicted range {span}"
+    side = "above" if measured_s > high_s else "below"
+    edge = high_s if measured_s > high_s else low_s
+    return (f"outside the predicted range {span}: {measured_s * 1e3:.3g} ms measured, "
+            f"{abs(measured_s / edge - 1):.0%} {side} it")
+
+
+@dataclass(frozen=True)
 class CopyCosts:
     """The parameters of the copy model. The defaults are a PCIe 4 desktop GPU, roughly:
     measure your own with :func:`feedgpu.measure.pinning.measure_copy_costs`.
@@ -158,6 +282,10 @@ class CopyCosts:
             (:meth:`feedgpu.readings.Readings.streaming_cost`).
             Pinned copies are read by the GPU's copy engine, not staged: the same in a
             loop as alone.
+        pageable_range: the range a pageable copy in a loop runs in (``None``: the
+            point :attr:`pageable_in_loop` alone): the fastest and the slowest a machine's
+            pageable copies of batch sizes ran at (:meth:`feedgpu.readings.Readings.copy_costs`).
+        pinning_range: the same for pinning, where its readings spread (``None``: a point).
     """
 
     pageable: LinearCost = field(default_factory=lambda: LinearCost(20e-6, 12e9))
@@ -165,6 +293,8 @@ class CopyCosts:
     pinning: LinearCost = field(default_factory=lambda: LinearCost(10e-6, 12e9))
     sync_s: float = 5e-6
     pageable_in_loop: LinearCost | None = None
+    pageable_range: CopyRange | None = None
+    pinning_range: CopyRange | None = None
 
     def __post_init__(self) -> None:
         for name in ("pageable", "pinned", "pinning"):
@@ -172,6 +302,9 @@ class CopyCosts:
                 raise TypeError(f"{name} must be a LinearCost, got {getattr(self, name)!r}")
         if self.pageable_in_loop is not None and not isinstance(self.pageable_in_loop, LinearCost):
             raise TypeError(f"pageable_in_loop must be a LinearCost or None, got {self.pageable_in_loop!r}")
+        for name in ("pageable_range", "pinning_range"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), CopyRange):
+                raise TypeError(f"{name} must be a CopyRange or None, got {getattr(self, name)!r}")
         _check_finite("sync_s", self.sync_s)
 
     def copy_s(self, nbytes: float, *, pinned: bool) -> float:
@@ -184,11 +317,41 @@ class CopyCosts:
 
     def in_loop(self) -> "CopyCosts":
         """These costs as a training loop pays them: the pageable copy at :attr:`pageable_in_loop`
-        where it is known (the other costs unchanged)."""
+        where it is known (the other costs, and the ranges, unchanged)."""
         if self.pageable_in_loop is None:
             return self
-        return CopyCosts(pageable=self.pageable_in_loop, pinned=self.pinned, pinning=self.pinning,
-                         sync_s=self.sync_s)
+        return replace(self, pageable=self.pageable_in_loop, pageable_in_loop=None)
+
+    def loop_copy_range_s(self, nbytes: float, *, pinned: bool) -> tuple[float, float]:
+        """``(least, most)`` seconds a copy of ``nbytes`` costs inside a training loop: a
+        pinned copy a point, a pageable one its :attr:`pageable_range` where known."""
+        if pinned or self.pageable_range is None:
+            point = self.loop_copy_s(nbytes, pinned=pinned)
+            return point, point
+        return self.pageable_range.time_s(nbytes)
+
+    def copy_range_s(self, nbytes: float, *, pinned: bool) -> tuple[float, float]:
+        """``(least, most)`` seconds a copy of ``nbytes`` costs alone: a pinned copy a point,
+        a pageable one from the fastest of its line alone and its range's fast end (a copy
+        alone can run from the caches) to the slowest of the two."""
+        point = self.copy_s(nbytes, pinned=pinned)
+        if pinned or self.pageable_range is None:
+            return point, point
+        fast, slow = self.pageable_range.time_s(nbytes)
+        return min(point, fast), max(point, slow)
+
+    def at_end(self, end: str) -> "CopyCosts":
+        """These costs with every range at one end, ``"fast"`` or ``"slow"``: the pageable
+        copies (alone and in a loop) and pinning at that end's line, the rest as they are."""
+        if end not in ("fast", "slow"):
+            raise ValueError(f"end must be 'fast' or 'slow', got {end!r}")
+        changes: dict = {}
+        if self.pageable_range is not None:
+            line = getattr(self.pageable_range, end)
+            changes.update(pageable=line, pageable_in_loop=line if self.pageable_in_loop is not None else None)
+        if self.pinning_range is not None:
+            changes["pinning"] = getattr(self.pinning_range, end)
+        return replace(self, **changes, pageable_range=None, pinning_range=None)
 
     def pin_s(self, nbytes: float) -> float:
         """Seconds ``tensor.pin_memory()`` takes for a tensor of ``nbytes``."""
@@ -335,6 +498,24 @@ def training_loop_s(n_batches: int, copy_s: float, compute_s: float, *, overlapp
     if not overlapped:
         return n * (copy_s + compute_s)
     return n * max(copy_s, compute_s) + min(copy_s, compute_s)
+
+
+def training_loop_range_s(n_batches: int, nbytes: float, compute_s: float, costs: CopyCosts, *, pinned: bool,
+                          overlapped: bool) -> tuple[float, float]:
+    """``(least, most)`` seconds of :func:`training_loop_s` with the copy in a loop at each
+    end of its range (:meth:`CopyCosts.loop_copy_range_s`): a point for pinned batches."""
+    fast, slow = costs.loop_copy_range_s(nbytes, pinned=pinned)
+    return (training_loop_s(n_batches, fast, compute_s, overlapped=overlapped),
+            training_loop_s(n_batches, slow, compute_s, overlapped=overlapped))
+
+
+def strategy_range_s(strategy: str, n_tensors: int, tensor_bytes: float,
+                     costs: CopyCosts | None = None) -> tuple[float, float]:
+    """``(least, most)`` seconds of :func:`strategy_time_s`, the ranges of ``costs`` at each
+    end (:meth:`CopyCosts.at_end`): a point where the strategy meets no range."""
+    costs = CopyCosts() if costs is None else costs
+    return (strategy_time_s(strategy, n_tensors, tensor_bytes, costs.at_end("fast")),
+            strategy_time_s(strategy, n_tensors, tensor_bytes, costs.at_end("slow")))
 
 
 #: The smallest copy that the pageable copy in a loop is fitted from (4 MiB): a batch's

@@ -52,7 +52,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .copies import IN_LOOP_FROM, CopyCosts, CostFit, LinearCost, fit_linear_cost
+from .copies import (IN_LOOP_FROM, PINNING_FROM, PINNING_SPREAD, CopyCosts, CopyRange, CostFit, LinearCost,
+                     fit_linear_cost, pageable_range, spread_range)
 
 __all__ = [
     "READINGS_ROOT",
@@ -74,6 +75,12 @@ READINGS_ROOT = Path(__file__).resolve().parents[1] / "readings"
 #: The sizes the copy model is fitted over, as the bench and notebook 05 fit a live GPU:
 #: 4 KiB to 64 MiB, four times apart (``feedgpu.measure.pinning.DEFAULT_SIZES``).
 FIT_SIZES: tuple[int, ...] = tuple(4096 * 4**k for k in range(8))
+
+#: The pageable copies a folder may hold that were timed inside a loop: repeated loops
+#: from fresh sources (a newer recorder's), and copies inside one loop.
+PAGEABLE_IN_LOOP_KINDS: tuple[str, ...] = ("h2d_pageable_loops", "h2d_pageable_in_loop")
+#: Host copies on one thread: a pageable copy's staging is one.
+ONE_THREAD_HOST_KINDS: tuple[str, ...] = ("host_copy_1thread", "pin_memory_1thread")
 
 COPIES_FILE = "copies_and_loop.json"
 COPY_LOOPS_FILE = "copy_loops.json"
@@ -208,14 +215,48 @@ class Readings:
         would have fitted it there: pageable, pinned and ``pin_memory()`` (on torch's threads,
         as a call in the user's thread) over ``sizes``, and the pageable copy in a loop
         (recorded in a loop where the folder has it, fitted over those of ``sizes`` from
-        :data:`feedgpu.copies.IN_LOOP_FROM` up; else :meth:`streaming_cost`).
+        :data:`feedgpu.copies.IN_LOOP_FROM` up; else :meth:`streaming_cost`); with the
+        ranges of :meth:`pageable_range` and :meth:`pinning_range`.
         """
         if "h2d_pageable_in_loop" in self.copies:  # measured in a loop: fitted over the batch-sized copies
             in_loop = self.fit("h2d_pageable_in_loop", [b for b in sizes if b >= IN_LOOP_FROM]).cost
         else:
             in_loop = self.streaming_cost("h2d_pageable")
+        pinning = self.fit("pin_memory_cached", sizes).cost
         return CopyCosts(pageable=self.fit("h2d_pageable", sizes).cost, pinned=self.fit("h2d_pinned", sizes).cost,
-                         pinning=self.fit("pin_memory_cached", sizes).cost, pageable_in_loop=in_loop)
+                         pinning=pinning, pageable_in_loop=in_loop,
+                         pageable_range=self.pageable_range(in_loop.latency_s),
+                         pinning_range=self.pinning_range(pinning.latency_s))
+
+    def readings_of(self, kinds: Sequence[str], smallest: int = IN_LOOP_FROM) -> list[tuple[int, float]]:
+        """Every reading (``all_s``, or the median where a size kept none) of the ``kinds``
+        recorded here, as ``(bytes, seconds)``, for sizes of at least ``smallest``."""
+        points = []
+        for kind in kinds:
+            for nbytes, reading in self.copies.get(kind, []):
+                if nbytes >= smallest:
+                    points += [(nbytes, t) for t in (reading.all_s or (reading.median_s,))]
+        return points
+
+    def pageable_range(self, latency_s: float = 0.0) -> CopyRange | None:
+        """The range a pageable copy of a batch's size ran in here
+        (:func:`feedgpu.copies.pageable_range`): copies in a loop (``h2d_pageable_loops``,
+        repeated loops from fresh sources, where a newer recorder timed them, and
+        ``h2d_pageable_in_loop``), alone (``h2d_pageable``), and the one-thread host copies
+        (``host_copy_1thread``, ``pin_memory_1thread``), every reading. None without pageable copies."""
+        return pageable_range(self.readings_of(PAGEABLE_IN_LOOP_KINDS), self.readings_of(["h2d_pageable"]),
+                              latency_s, one_thread=self.readings_of(ONE_THREAD_HOST_KINDS))
+
+    def pinning_range(self, latency_s: float = 0.0) -> CopyRange | None:
+        """The range ``pin_memory()`` on torch's threads runs in, where its readings spread
+        from run to run (:func:`feedgpu.copies.spread_range` around the fitted line, at
+        ``latency_s``); None: a point, or not recorded."""
+        rows = [(b, r.all_s) for b, r in self.copies.get("pin_memory_cached", [])]
+        if not rows:
+            return None
+        line = self.fit("pin_memory_cached").cost
+        return spread_range(LinearCost(latency_s, line.bytes_per_s), rows, smallest=PINNING_FROM,
+                            spread=PINNING_SPREAD)
 
     def pin_thread_kind(self) -> str:
         """The copy kind that stands for the DataLoader's pin thread, which pins on one thread:

@@ -12,9 +12,10 @@ import math
 import numpy as np
 import pytest
 
-from feedgpu.copies import (FROM_PAGEABLE, STRATEGIES, CopyCosts, LinearCost, batch_sized, best_strategy, fit_linear_cost,
-                            pin_then_copy_limit, pin_then_copy_slowdown, predict_strategies, strategy_time_s,
-                            training_loop_s)
+from feedgpu.copies import (FROM_PAGEABLE, PINNING_FROM, PINNING_SPREAD, STRATEGIES, CopyCosts, CopyRange, LinearCost,
+                            batch_sized, best_strategy, copy_range, fit_linear_cost, pageable_range,
+                            pin_then_copy_limit, pin_then_copy_slowdown, predict_strategies, range_note,
+                            spread_range, strategy_range_s, strategy_time_s, training_loop_range_s, training_loop_s)
 
 pytestmark = pytest.mark.unit
 
@@ -247,3 +248,51 @@ def test_fit_rejects_unfittable_points(sizes, seconds, match):
     """Too few sizes, mismatched lengths, zero times or shrinking times are ValueErrors that say why."""
     with pytest.raises(ValueError, match=match):
         fit_linear_cost(sizes, seconds)
+
+
+# --------------------------------------------------------------------------- ranges (issue 38)
+
+
+def test_a_range_holds_the_fastest_and_the_slowest_reading():
+    """Three readings of 64 MB (4, 6 and 8 ms) and a one-thread host copy of 10 ms that
+    counts for the slow end only: 16 to 6.4 GB/s once 10 us of latency are paid."""
+    readings = [(64e6, 0.004 + 10e-6), (64e6, 0.006 + 10e-6), (64e6, 0.008 + 10e-6), (1e3, 5.0)]
+    found = copy_range(readings, 10e-6, smallest=4e6, slowest=[(64e6, 0.010 + 10e-6)])
+    assert found.fast.bytes_per_s == pytest.approx(16e9) and found.slow.bytes_per_s == pytest.approx(6.4e9)
+    assert found.time_s(64e6) == pytest.approx((0.004 + 10e-6, 0.010 + 10e-6)) and found.spread == pytest.approx(2.5)
+    assert copy_range([(1e3, 5.0)], 0.0, smallest=4e6) is None, "no reading of a batch's size: no range"
+    with pytest.raises(ValueError, match="slower than the slow end"):
+        CopyRange(LinearCost(0, 1e9), LinearCost(0, 2e9))
+
+
+def test_pageable_ranges_take_the_fast_end_from_loops_and_pinned_copies_stay_points():
+    in_loop = [(64e6, 0.008), (64e6, 0.010)]
+    alone = [(64e6, 0.004), (64e6, 0.012)]  # one alone from the caches: faster than any loop
+    found = pageable_range(in_loop, alone, one_thread=[(64e6, 0.016)])
+    assert found.time_s(64e6) == pytest.approx((0.008, 0.016)), "fast from the loop, slow from every copy"
+    assert pageable_range([], alone).time_s(64e6) == pytest.approx((0.004, 0.012)), "no loop: the copies alone"
+    costs = CopyCosts(pageable_range=found)
+    assert costs.loop_copy_range_s(64e6, pinned=True) == (costs.loop_copy_s(64e6, pinned=True),) * 2
+    assert costs.loop_copy_range_s(64e6, pinned=False) == pytest.approx((0.008, 0.016))
+    assert costs.copy_range_s(64e6, pinned=False)[0] <= 0.008, "a copy alone may beat a loop's"
+    slow = costs.at_end("slow")
+    assert slow.pageable_range is None and slow.pageable.time_s(64e6) == pytest.approx(0.016)
+    lo, hi = strategy_range_s("pageable", 4, 64e6, costs)
+    assert hi > lo and strategy_range_s("pinned_nb", 4, 64e6, costs)[0] == strategy_range_s("pinned_nb", 4, 64e6, costs)[1]
+    lo, hi = training_loop_range_s(8, 64e6, 0.004, costs, pinned=False, overlapped=False)
+    assert (lo, hi) == pytest.approx((8 * 0.012, 8 * 0.020))
+
+
+def test_pinning_is_a_range_only_where_its_readings_spread():
+    line = LinearCost(0.0, 100e9)
+    tight = [(64 * 2**20, [0.00067, 0.00068, 0.00069])]
+    assert spread_range(line, tight, smallest=PINNING_FROM, spread=PINNING_SPREAD) is None
+    wide = [(64 * 2**20, [0.0005, 0.0007, 0.0014])]
+    found = spread_range(line, wide, smallest=PINNING_FROM, spread=PINNING_SPREAD)
+    assert found.fast.bytes_per_s == pytest.approx(140e9) and found.slow.bytes_per_s == pytest.approx(50e9)
+
+
+def test_a_range_note_says_inside_or_by_how_much_outside():
+    assert range_note(0.15, 0.1, 0.2) == "inside the predicted range 100-200 ms"
+    assert range_note(0.25, 0.1, 0.2) == "outside the predicted range 100-200 ms: 250 ms measured, 25% above it"
+    assert range_note(0.05, 0.1, 0.2).endswith("50% below it")

@@ -35,8 +35,8 @@ MIB = 2**20
 QUICK_SIZES = [2**12, 2**16, 2**20, 2**22, 2**24]  # the sizes of --quick
 GPU_NAME = "NVIDIA Fake X1"
 #: The kinds of copy a readings folder records (issue 29; the names feedgpu.readings reads).
-KINDS = ("h2d_pageable", "h2d_pageable_in_loop", "h2d_pinned", "d2h_pinned", "pin_memory_1thread",
-         "pin_memory_cached", "host_copy_1thread", "host_copy_all_threads")
+KINDS = ("h2d_pageable", "h2d_pageable_in_loop", "h2d_pageable_loops", "h2d_pinned", "d2h_pinned",
+         "pin_memory_1thread", "pin_memory_cached", "host_copy_1thread", "host_copy_all_threads")
 #: A made-up bandwidth for each kind of copy, all different, so that a kind read back under
 #: another's name shows.
 BANDWIDTH = {kind: (k + 1) * 1e9 for k, kind in enumerate(KINDS)}
@@ -328,7 +328,8 @@ def test_record_with_a_loader_writes_the_loop_and_the_diagnoses(tmp_path, user_l
 
 
 def test_copy_kinds_are_those_a_readings_folder_records():
-    """measure_copy_table's kinds are the eight of issue 29, under the names feedgpu.readings reads."""
+    """measure_copy_table's kinds are the eight of issue 29 and the repeated loops of issue 38, under the
+    names feedgpu.readings reads."""
     assert COPY_KINDS == KINDS, COPY_KINDS
 
 

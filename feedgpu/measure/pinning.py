@@ -53,7 +53,8 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from ..checks import check_int
-from ..copies import STRATEGIES, CopyCosts, CostFit, batch_sized, fit_linear_cost
+from ..copies import (PINNING_FROM, PINNING_SPREAD, STRATEGIES, CopyCosts, CostFit, batch_sized, fit_linear_cost,
+                      pageable_range, spread_range)
 from ..simdevice import TimingReadings
 from .machine import usable_cores
 
@@ -278,8 +279,8 @@ LARGE_COPY_BYTES = 2**24
 
 #: The kinds of copy in each row of :func:`measure_copy_table`, in its order (the names
 #: :mod:`feedgpu.readings` reads).
-COPY_KINDS: tuple[str, ...] = ("h2d_pageable", "h2d_pageable_in_loop", "h2d_pinned", "d2h_pinned",
-                               "pin_memory_1thread", "pin_memory_cached", "host_copy_1thread",
+COPY_KINDS: tuple[str, ...] = ("h2d_pageable", "h2d_pageable_in_loop", "h2d_pageable_loops", "h2d_pinned",
+                               "d2h_pinned", "pin_memory_1thread", "pin_memory_cached", "host_copy_1thread",
                                "host_copy_all_threads")
 
 
@@ -333,13 +334,25 @@ def measure_copy_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, pinned: 
         NoCudaError: no CUDA GPU. ValueError: bad ``repeats`` or ``warmup``.
     """
     _require_cuda("measure_copy_seconds")
+    return _medians(measure_copy_readings(sizes_bytes, pinned=pinned, repeats=repeats, warmup=warmup))
+
+
+def _medians(readings: Sequence[tuple[int, list[float]]]) -> list[tuple[int, float]]:
+    return [(nbytes, statistics.median(times)) for nbytes, times in readings]
+
+
+def measure_copy_readings(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, pinned: bool, repeats: int = 5,
+                          warmup: int = 2) -> list[tuple[int, list[float]]]:
+    """:func:`measure_copy_seconds` with every timed reading kept: ``[(nbytes, [seconds, ...]), ...]``
+    (what a range is made of, :func:`feedgpu.copies.pageable_range`)."""
+    _require_cuda("measure_copy_readings")
     _check_repeats(repeats, warmup)
     results = []
     for nbytes in sizes_bytes:
         src = _host_tensor(nbytes, pinned=pinned)
         dst = torch.empty(int(nbytes), dtype=torch.uint8, device="cuda")
-        times = _event_times(lambda: dst.copy_(src, non_blocking=pinned), repeats=repeats, warmup=warmup)
-        results.append((int(nbytes), statistics.median(times)))
+        results.append((int(nbytes), _event_times(lambda: dst.copy_(src, non_blocking=pinned), repeats=repeats,
+                                                  warmup=warmup)))
         del src, dst
     return results
 
@@ -393,15 +406,41 @@ def measure_loop_copy_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, pin
         NoCudaError: no CUDA GPU. ValueError: bad ``repeats``, ``warmup`` or ``sources``.
     """
     _require_cuda("measure_loop_copy_seconds")
+    return _medians(measure_loop_copy_readings(sizes_bytes, pinned=pinned, repeats=repeats, warmup=warmup,
+                                               sources=sources, matrix_size=matrix_size, matmuls=matmuls))
+
+
+def measure_loop_copy_readings(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, pinned: bool = False,
+                               repeats: int = 5, warmup: int = 2, sources: int = 3, matrix_size: int = 2048,
+                               matmuls: int = 4) -> list[tuple[int, list[float]]]:
+    """:func:`measure_loop_copy_seconds` with every timed reading kept."""
+    _require_cuda("measure_loop_copy_readings")
     _check_repeats(repeats, warmup)
     check_int("sources", sources, minimum=1)
     matrix = _matrix(matrix_size)
-    results = []
-    for nbytes in sizes_bytes:
-        times = _loop_copy_times(int(nbytes), pinned=pinned, repeats=repeats, warmup=warmup, sources=sources,
-                                 matrix=matrix, matmuls=matmuls)
-        results.append((int(nbytes), statistics.median(times)))
-    return results
+    return [(int(nbytes), _loop_copy_times(int(nbytes), pinned=pinned, repeats=repeats, warmup=warmup,
+                                           sources=sources, matrix=matrix, matmuls=matmuls))
+            for nbytes in sizes_bytes]
+
+
+def _fresh_loop_copy_times(nbytes: int, *, loops: int, batches: int, matrix: torch.Tensor,
+                           matmuls: int) -> list[float]:
+    """The mean device seconds of a pageable copy in each of ``loops`` copy-then-compute loops
+    of ``batches`` copies, every loop from sources made for it (fresh pages, as a loader's
+    new batches are), one untimed copy first in each."""
+    dst = torch.empty(int(nbytes), dtype=torch.uint8, device="cuda")
+    means = []
+    for _ in range(int(loops)):
+        host = [_host_tensor(nbytes, pinned=False) for _ in range(int(batches) + 1)]
+        times = []
+        for k, src in enumerate(host):
+            _compute(matrix, dst, matmuls)  # the previous step's kernels: the copy waits for them
+            seconds = _event_seconds(lambda: dst.copy_(src))
+            if k:
+                times.append(seconds)
+        means.append(statistics.fmean(times))
+        del host
+    return means
 
 
 def measure_pin_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, repeats: int = 5,
@@ -417,6 +456,13 @@ def measure_pin_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, repeats: 
         NoCudaError: no CUDA GPU. ValueError: bad ``repeats`` or ``warmup``.
     """
     _require_cuda("measure_pin_seconds")
+    return _medians(measure_pin_readings(sizes_bytes, repeats=repeats, warmup=warmup))
+
+
+def measure_pin_readings(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, repeats: int = 5,
+                         warmup: int = 2) -> list[tuple[int, list[float]]]:
+    """:func:`measure_pin_seconds` with every timed reading kept."""
+    _require_cuda("measure_pin_readings")
     _check_repeats(repeats, warmup)
     results = []
     for nbytes in sizes_bytes:
@@ -429,7 +475,7 @@ def measure_pin_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, repeats: 
             del pinned  # back to PyTorch's cache of pinned blocks, for the next repeat
             if k >= warmup:
                 times.append(seconds)
-        results.append((int(nbytes), statistics.median(times)))
+        results.append((int(nbytes), times))
     return results
 
 
@@ -556,18 +602,26 @@ def measure_copy_costs(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, repeats: i
         NoCudaError: no CUDA GPU.
     """
     _require_cuda("measure_copy_costs")
-    samples = {
-        "pageable": measure_copy_seconds(sizes_bytes, pinned=False, repeats=repeats, warmup=warmup),
-        "pinned": measure_copy_seconds(sizes_bytes, pinned=True, repeats=repeats, warmup=warmup),
-        "pinning": measure_pin_seconds(sizes_bytes, repeats=repeats, warmup=warmup),
-        "pageable_in_loop": measure_loop_copy_seconds(sizes_bytes, pinned=False, repeats=repeats, warmup=warmup),
+    readings = {
+        "pageable": measure_copy_readings(sizes_bytes, pinned=False, repeats=repeats, warmup=warmup),
+        "pinned": measure_copy_readings(sizes_bytes, pinned=True, repeats=repeats, warmup=warmup),
+        "pinning": measure_pin_readings(sizes_bytes, repeats=repeats, warmup=warmup),
+        "pageable_in_loop": measure_loop_copy_readings(sizes_bytes, pinned=False, repeats=repeats, warmup=warmup),
     }
+    samples = {name: _medians(rows) for name, rows in readings.items()}
     samples["pageable_in_loop"] = batch_sized(samples["pageable_in_loop"])  # a loop's copies are batches
     fits = {name: fit_linear_cost([b for b, _ in points], [s for _, s in points])
             for name, points in samples.items()}
+
+    def every(name: str) -> list[tuple[int, float]]:
+        return [(b, t) for b, times in readings[name] for t in times]
+
+    in_loop = fits["pageable_in_loop"].cost
     costs = CopyCosts(pageable=fits["pageable"].cost, pinned=fits["pinned"].cost,
-                      pinning=fits["pinning"].cost, sync_s=measure_sync_s(),
-                      pageable_in_loop=fits["pageable_in_loop"].cost)
+                      pinning=fits["pinning"].cost, sync_s=measure_sync_s(), pageable_in_loop=in_loop,
+                      pageable_range=pageable_range(every("pageable_in_loop"), every("pageable"), in_loop.latency_s),
+                      pinning_range=spread_range(fits["pinning"].cost, readings["pinning"], smallest=PINNING_FROM,
+                                                 spread=PINNING_SPREAD))
     logger.debug("measured copy costs: %s", costs)
     return CostMeasurement(costs, fits)
 
@@ -601,8 +655,8 @@ def _summary(times: Sequence[float]) -> dict[str, Any]:
 
 
 def measure_copy_table(sizes_bytes: Sequence[int] = RECORD_SIZES, *, repeats: int = 20, large_repeats: int = 8,
-                       warmup: int = 2, sources: int = 3, matrix_size: int = 2048,
-                       matmuls: int = 4) -> list[dict[str, Any]]:
+                       warmup: int = 2, sources: int = 3, matrix_size: int = 2048, matmuls: int = 4,
+                       loops: int = 5) -> list[dict[str, Any]]:
     """Every kind of copy a readings folder records, by size: the rows of its ``copies`` list.
 
     For each size, each kind of copy (:data:`COPY_KINDS`) is run ``warmup`` times untimed,
@@ -611,6 +665,10 @@ def measure_copy_table(sizes_bytes: Sequence[int] = RECORD_SIZES, *, repeats: in
     * ``h2d_pageable``: host to device from pageable memory, alone (CUDA events);
     * ``h2d_pageable_in_loop``: the same inside a copy-then-compute loop, from ``sources``
       tensors in turn (as :func:`measure_loop_copy_seconds`; CUDA events);
+    * ``h2d_pageable_loops``: ``loops`` such loops of ``sources`` copies, each loop from
+      sources made for it (fresh pages), one reading per loop (its mean copy): how far a
+      pageable loop moves from one run to the next (the range of
+      :func:`feedgpu.copies.pageable_range`; a folder recorded before has none);
     * ``h2d_pinned``: host to device from pinned memory, ``non_blocking=True`` (CUDA events);
     * ``d2h_pinned``: device to host into pinned memory, ``non_blocking=True`` (CUDA events);
     * ``pin_memory_1thread``: ``tensor.pin_memory()`` with ``torch.set_num_threads(1)``, as
@@ -630,6 +688,7 @@ def measure_copy_table(sizes_bytes: Sequence[int] = RECORD_SIZES, *, repeats: in
         sizes_bytes: the sizes, in bytes (default :data:`RECORD_SIZES`: 4 KiB to 512 MiB).
         repeats, large_repeats, warmup: timed runs per kind (small and large sizes) and untimed ones.
         sources, matrix_size, matmuls: the loop of ``h2d_pageable_in_loop``.
+        loops: the loops of ``h2d_pageable_loops``, ``sources`` copies each.
 
     Returns:
         One dict per size, in the order of ``sizes_bytes``: ``{"bytes": n, kind:
@@ -644,6 +703,7 @@ def measure_copy_table(sizes_bytes: Sequence[int] = RECORD_SIZES, *, repeats: in
     _check_repeats(repeats, warmup)
     _check_repeats(large_repeats, warmup)
     check_int("sources", sources, minimum=1)
+    check_int("loops", loops, minimum=1)
     default_threads = torch.get_num_threads()
     matrix = _matrix(matrix_size)
     rows = []
@@ -659,6 +719,8 @@ def measure_copy_table(sizes_bytes: Sequence[int] = RECORD_SIZES, *, repeats: in
             row["h2d_pageable"] = _summary(_event_times(lambda: device.copy_(pageable), **timed))
             row["h2d_pageable_in_loop"] = _summary(_loop_copy_times(n, pinned=False, sources=sources, matrix=matrix,
                                                                     matmuls=matmuls, **timed))
+            row["h2d_pageable_loops"] = _summary(_fresh_loop_copy_times(n, loops=loops, batches=sources, matrix=matrix,
+                                                                        matmuls=matmuls))
             row["h2d_pinned"] = _summary(_event_times(lambda: device.copy_(pinned, non_blocking=True), **timed))
             row["d2h_pinned"] = _summary(_event_times(lambda: pinned.copy_(device, non_blocking=True), **timed))
             row["pin_memory_cached"] = _summary(_host_times(lambda: pageable.pin_memory(), **timed))

@@ -12,10 +12,14 @@ Runs only where CUDA is available; elsewhere it returns one figure, ``gpu availa
 * a training loop of copies and compute: plain, against pinned + ``non_blocking`` with the
   next batch's copy issued on a side stream (the overlap); and the copy model's
   prediction of both (:func:`feedgpu.copies.training_loop_s`, with a copy as a loop pays
-  it: :attr:`feedgpu.copies.CopyCosts.pageable_in_loop`) as a ratio to the measurement,
-  which the course expects within 25% (``tests/test_pinning.py`` checks the simulated
-  loops against a GPU with that tolerance; ``tests/test_readings.py`` replays the recorded
-  machines; notebook 05 shows the student's own ratios, ungraded).
+  it: :attr:`feedgpu.copies.CopyCosts.pageable_in_loop`) as a ratio to the measurement.
+  The pinned loop's is a point, expected within 25%; the plain loop's copies are pageable,
+  which vary from run to run, so its note says whether the measurement fell inside the
+  range the model predicts (:func:`feedgpu.copies.training_loop_range_s`: the fastest and
+  the slowest pageable copies of the machine's readings) and gives the range
+  (``tests/test_pinning.py`` checks the simulated loops against a GPU the same way;
+  ``tests/test_readings.py`` replays the recorded machines, each on its own readings and
+  on the other's; notebook 05 shows the student's own, ungraded).
 
 ``feedgpu-bench --only gpu --readings FOLDER`` computes the same figures from a recorded
 folder of ``readings/`` instead of a live GPU: the recorded loops stand as "measured", and
@@ -78,9 +82,10 @@ def _replayed(name: str, sizes: str) -> list[Figure]:
 
 def _figures(device: str, costs, first_pin_ratio: float | None, compute_s: float, plain: float, overlapped: float,
              sizes: str, recorded: str, first_pin_emptied: bool = True) -> list[Figure]:
-    from feedgpu.copies import training_loop_s
+    from feedgpu.copies import range_note, training_loop_range_s, training_loop_s
 
     model_plain = training_loop_s(N_BATCHES, costs.loop_copy_s(BATCH_BYTES, pinned=False), compute_s, overlapped=False)
+    plain_range = training_loop_range_s(N_BATCHES, BATCH_BYTES, compute_s, costs, pinned=False, overlapped=False)
     model_overlapped = training_loop_s(N_BATCHES, costs.loop_copy_s(BATCH_BYTES, pinned=True), compute_s,
                                        overlapped=True)
     loop = f"{N_BATCHES} batches of {BATCH_BYTES / 2**20:.0f} MB"
@@ -108,7 +113,8 @@ def _figures(device: str, costs, first_pin_ratio: float | None, compute_s: float
         figure("gpu loop, plain copies", plain, "s", noted(loop)),
         figure("gpu loop, pinned + non_blocking + prefetch", overlapped, "s", noted(loop)),
         figure("gpu overlap gain", plain / overlapped, "x", noted("plain / overlapped")),
-        figure("gpu model / measured, plain loop", model_plain / plain, "x", noted("budget 0.75 to 1.25")),
+        figure("gpu model / measured, plain loop", model_plain / plain, "x",
+               noted(f"pageable copies vary from run to run: {range_note(plain, *plain_range)}")),
         figure("gpu model / measured, overlapped loop", model_overlapped / overlapped, "x",
-               noted("budget 0.75 to 1.25")),
+               noted("pinned copies: a point, budget 0.75 to 1.25")),
     ]
