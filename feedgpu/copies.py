@@ -48,8 +48,8 @@ guide on good usage of ``non_blocking`` and ``pin_memory()``" to send ``n`` tens
 ``t.pin_memory().to(device, non_blocking=True)`` is than a plain ``t.to(device)``: the
 tutorial's wording is "can be up to twice as slow"; in this model the ratio for one
 tensor is ``(p + c_pinned) / c_pageable`` (pinning plus a pinned copy against a pageable
-copy), which is more than 2 when pinning is slower than the pageable copy
-(:func:`pin_then_copy_limit`). :func:`training_loop_s` gives the loop's total with and without
+copy), which is more than 2 exactly when ``p > 2 c_pageable - c_pinned``: with the default
+copies (12 and 24 GB/s), a host that pins below 8 GB/s (:func:`pin_then_copy_limit`). :func:`training_loop_s` gives the loop's total with and without
 overlap of copy and compute; :mod:`feedgpu.simdevice` plays the same rules out on a
 simulated device; :func:`fit_linear_cost` fits latency and bandwidth to measurements
 (:mod:`feedgpu.measure.pinning` measures them on a GPU).
@@ -460,7 +460,8 @@ def pin_then_copy_slowdown(tensor_bytes: float, costs: CopyCosts | None = None,
     latencies vanish and it tends to :func:`pin_then_copy_limit`. That is exactly 2 when
     pinning and both copies run at the same bandwidth (the tutorial says "can be up to
     twice as slow"), less when pinned copies are much faster than pageable ones, and more
-    than 2 when pinning is slower than the pageable copy: the model sets no bound of 2.
+    than 2 exactly when ``p > 2 c_pageable - c_pinned`` (pinning costs more than two pageable
+    copies less a pinned one): the model sets no bound of 2.
     With many tensors the pipeline hides part of the pinning, so the slowdown shrinks.
     """
     plain = strategy_time_s("pageable", n_tensors, tensor_bytes, costs)

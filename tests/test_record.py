@@ -7,18 +7,25 @@ of copy at every size, the course's five copy loops with the settings of the H20
 recorded ones, the machine, the bench and, with a loader named, the loop by
 ``num_workers`` (measured for real on a tiny loader and a CPU step) and the diagnoses.
 Also: the refusal without a GPU, of an existing folder and of bad arguments, each in one
-line, and the guard for a PyTorch without ``torch.accelerator.empty_host_cache`` (2.11).
+line, the guard for a PyTorch without ``torch.accelerator.empty_host_cache`` (2.11), and
+the course's identity in ``machine.json`` (issue 40): its version and a hash of its own
+sources, whatever git repository encloses it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
+import importlib.metadata
 import json
 import logging
+import shutil
 import statistics
+import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,7 +33,10 @@ import torch
 from feedgpu.measure import pinning
 from feedgpu.measure.pinning import COPY_KINDS, NoCudaError, empty_host_cache, measure_first_pin
 from feedgpu.readings import READINGS_ROOT, load_readings
-from feedgpu.workflows.record import Instruments, default_name, default_workers, main
+import feedgpu
+from feedgpu.workflows import record
+from feedgpu.workflows.record import (Instruments, course_source_files, course_source_sha256, default_name,
+                                      default_workers, main)
 
 pytestmark = pytest.mark.unit
 
@@ -230,7 +240,7 @@ def test_record_writes_a_folder_that_loads_back(tmp_path, capsys):
     assert readings.describe().startswith(f"{GPU_NAME}, "), readings.describe()
     assert machine["gpu_count"] == 2 and machine["driver"] == "999.1" and machine["cuda"] == "13.0", machine
     assert machine["guards"] == {"empty_host_cache": False}, "the guard that applied is recorded"
-    assert set(machine["recorder"]) >= {"name", "commit"}, machine["recorder"]
+    assert set(machine["recorder"]) == {"name", "version", "source_sha256", "source_files"}, machine["recorder"]
     assert readings.bench_figure("gpu overlap gain") == 4.2, readings.bench
     assert all(f["bench"] == "gpu" for f in readings.bench), "each figure names its bench, as feedgpu-bench's do"
     assert not readings.loops and not readings.diagnoses and readings.stall_free_step_s is None
@@ -322,6 +332,128 @@ def test_record_with_a_loader_writes_the_loop_and_the_diagnoses(tmp_path, user_l
     kept = root / "case" / f"{user_loop}.py"
     assert kept.read_bytes() == (tmp_path / f"{user_loop}.py").read_bytes(), "the loop's module, byte for byte"
     assert "num_workers" in err and "diagnosis" in err, f"a line per stage: {err}"
+
+
+# --------------------------------------------------------------------------- the course's identity (issue 40)
+
+#: A course's tree, tiny. COUNTED: the files the source hash covers (every feedgpu/**/*.py and
+#: lfw_dataset.py); the others are there to be left out: not Python, not in the package, a
+#: hidden folder's copy, a compiled file.
+COUNTED = {"feedgpu/__init__.py": "", "feedgpu/timing.py": "SECONDS = 1.0\n",
+           "feedgpu/measure/pinning.py": "def pin(x):\n    return x\n", "lfw_dataset.py": "ROOT = 'data'\n"}
+LEFT_OUT = {"feedgpu/data/notes.txt": "notes\n", "notebooks/helpers.py": "X = 1\n", "setup.py": "",
+            "feedgpu/.ipynb_checkpoints/timing-checkpoint.py": "SECONDS = 2.0\n",
+            "feedgpu/__pycache__/timing.cpython-312.pyc": "\0\0"}
+
+
+def fake_course(root: Path) -> Path:
+    """Write COUNTED and LEFT_OUT under ``root``; returns ``root``."""
+    for name, text in {**COUNTED, **LEFT_OUT}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def documented_sha256(root: Path, names) -> str:
+    """The hash as readings/README.md defines it, written out here: sha256 of ``sha256sum``'s lines
+    for the files, sorted by path, first 16 hex digits."""
+    lines = "".join(f"{hashlib.sha256((root / n).read_bytes()).hexdigest()}  {n}\n" for n in sorted(names))
+    return hashlib.sha256(lines.encode()).hexdigest()[:16]
+
+
+def recorded_identity(root: Path, name: str) -> dict:
+    """``machine.json``'s ``recorder`` of the folder ``root/name``."""
+    return json.loads((root / name / "machine.json").read_text())["recorder"]
+
+
+def test_source_hash_changes_with_each_course_file_and_no_other(tmp_path):
+    """The hash is the documented one over feedgpu/**/*.py and lfw_dataset.py: an edit of either, a
+    rename and a new module change it, undoing the change restores it, and files outside it do not count."""
+    root = fake_course(tmp_path / "course")
+    assert course_source_files(root) == sorted(COUNTED), course_source_files(root)
+    before = course_source_sha256(root)
+    assert before == documented_sha256(root, COUNTED), f"{before}: not the documented hash of {sorted(COUNTED)}"
+
+    def changed(edit, undo) -> bool:
+        edit()
+        after = course_source_sha256(root)
+        undo()
+        assert course_source_sha256(root) == before, "undoing the change should restore the hash"
+        return after != before
+
+    pinning_py, lfw_py = root / "feedgpu/measure/pinning.py", root / "lfw_dataset.py"
+    for path in (pinning_py, lfw_py):
+        text = path.read_text()
+        assert changed(lambda: path.write_text(text + " "), lambda: path.write_text(text)), f"an edit of {path.name}"
+    timing, renamed = root / "feedgpu/timing.py", root / "feedgpu/timer.py"
+    assert changed(lambda: timing.rename(renamed), lambda: renamed.rename(timing)), "a rename, same bytes"
+    new = root / "feedgpu/measure/new.py"
+    assert changed(lambda: new.write_text(""), new.unlink), "a new module, even empty"
+    for name in LEFT_OUT:
+        path = root / name
+        text = path.read_text()
+        assert not changed(lambda: path.write_text(text + "more"), lambda: path.write_text(text)), (
+            f"{name} is not the course's code and should not change the hash")
+
+
+def test_record_names_the_course_version_and_the_hash_of_its_sources(tmp_path, monkeypatch, capsys):
+    """machine.json's recorder names the package's version and the hash of the sources beside the
+    package (here a fake tree), and the copy loops say so; an edit of a course file recorded again
+    gives another hash."""
+    course = fake_course(tmp_path / "course")
+    monkeypatch.setattr(record, "SOURCE_ROOT", course)
+    readings = tmp_path / "readings"
+    assert main(["--root", str(readings), "--name", "before", "--quick"], instruments=FakeGPU().instruments()) == 0
+    identity = recorded_identity(readings, "before")
+    assert identity == {"name": "feedgpu-record", "version": importlib.metadata.version("feeding-the-gpu"),
+                        "source_sha256": documented_sha256(course, COUNTED), "source_files": len(COUNTED)}, identity
+    loops = json.loads((readings / "before" / "copy_loops.json").read_text())["loops"]
+    assert all(identity["source_sha256"] in loop["source"] for loop in loops), loops[0]["source"]
+
+    (course / "feedgpu/timing.py").write_text("SECONDS = 2.0\n")
+    assert main(["--root", str(readings), "--name", "after", "--quick"], instruments=FakeGPU().instruments()) == 0
+    after = recorded_identity(readings, "after")["source_sha256"]
+    assert after != identity["source_sha256"] and after == documented_sha256(course, COUNTED), (
+        f"after an edit of feedgpu/timing.py: {after}, before: {identity['source_sha256']}")
+    capsys.readouterr()
+
+
+def git(folder: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(folder), "-c", "user.name=Test", "-c", "user.email=test@example.org",
+                           "-c", "commit.gpgsign=false", *args], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git to make the enclosing repository")
+def test_record_names_the_course_not_an_enclosing_git_repository(tmp_path, monkeypatch, capsys):
+    """A copy of the course inside another git repository, recorded from that repository's folder,
+    names the course's sources (the same hash as the same tree outside any repository), never that
+    repository's commit; the course's real package, run from there, names its own sources."""
+    outer = tmp_path / "other-project"
+    course = fake_course(outer / "vendor" / "course")
+    git(outer, "init", "-q")
+    git(outer, "add", "-A")
+    git(outer, "commit", "-q", "-m", "another project")
+    commit = git(outer, "rev-parse", "HEAD").strip()
+    alone = fake_course(tmp_path / "alone")  # the same tree, in no repository
+    monkeypatch.chdir(outer)
+    readings = tmp_path / "readings"
+
+    monkeypatch.setattr(record, "SOURCE_ROOT", course)
+    assert main(["--root", str(readings), "--name", "copy", "--quick"], instruments=FakeGPU().instruments()) == 0
+    identity = recorded_identity(readings, "copy")
+    assert identity["source_sha256"] == course_source_sha256(alone) == documented_sha256(alone, COUNTED), identity
+    for name in sorted(p.name for p in (readings / "copy").iterdir()):
+        text = (readings / "copy" / name).read_text()
+        assert commit[:7] not in text, f"{name} names the enclosing repository's commit {commit[:7]}"
+
+    monkeypatch.undo()  # the real course, still run from the other repository's folder
+    monkeypatch.chdir(outer)
+    assert main(["--root", str(readings), "--name", "real", "--quick"], instruments=FakeGPU().instruments()) == 0
+    own = Path(feedgpu.__file__).resolve().parent.parent  # the package's folder's parent, where lfw_dataset.py is
+    assert recorded_identity(readings, "real")["source_sha256"] == course_source_sha256(own), (
+        f"the recorder run from {outer} should hash the sources beside its package, in {own}")
+    assert commit[:7] not in (readings / "real" / "machine.json").read_text()
+    capsys.readouterr()
 
 
 # --------------------------------------------------------------------------- names and plans

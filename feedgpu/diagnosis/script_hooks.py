@@ -144,7 +144,9 @@ class _State:
         step = ReplayedStep(cpu, device, accelerator=_accelerator())
         # The diagnosis forks its workers from the script's process after its loop ran, a heap the
         # script's own workers were not forked from. Unfrozen, a worker's first full collection
-        # writes to the header of every object it inherited: a one-off copy of that heap (80 MB a
+        # writes to the header of every inherited object the collector tracks (lists, instances,
+        # dicts that hold containers; never a str, a number or a dict of them): a one-off copy of
+        # the pages they lie on (80 MB a
         # worker on the reference-style script, whose own workers stay at 17-20 MB over an epoch)
         # that memory-growth would project over an epoch. Frozen, the workers copy what reading
         # items copies. This process ends after the diagnosis: nothing of the script's is changed.

@@ -1,10 +1,17 @@
 """What the loop reads: the bytes a process has read, from the kernel's own count.
 
-Linux counts every byte a process reads through ``read()`` and its kin, from a disk, the
-page cache, a network file system or a pipe alike (``rchar`` in ``/proc/<pid>/io``, which
-psutil gives as ``read_chars``). ``read_bytes`` of the same file counts only what reached
-the block device, so it misses the page cache and network file systems: the diagnosis
-uses ``rchar``. Where the platform has no such count (macOS, Windows), it is None and
+Linux counts every byte a process reads through ``read()`` and its kin (``readv``,
+``pread``: the ``read(2)`` family), from a disk, the page cache, a network file system
+(NFS, SMB and FUSE mounts are read that way) or a pipe alike (``rchar`` in
+``/proc/<pid>/io``, ``proc_pid_io(5)``, which psutil gives as ``read_chars``).
+``read_bytes`` of the same file counts only what reached the block device, so it misses
+the page cache and network file systems: the diagnosis uses ``rchar``. A socket read with
+``recv`` or ``recv_into`` is not in ``rchar`` (64 KiB received by ``socket.recv`` here
+raised it by 106 bytes, by ``os.read`` of a pipe by 65,642): Python's HTTP clients
+(``http.client``, urllib3, requests, boto3) read that way, so a loader that fetches its
+items over HTTP shows no reads and ``storage-bound`` cannot be named for it; where its
+requests queue on one service, the measured points name ``serialised``
+(:mod:`.causes`). Where the platform has no such count (macOS, Windows), it is None and
 ``storage-bound`` is never named.
 
 The time a process waited for block I/O (``delayacct_blkio_ticks`` in ``/proc/<pid>/stat``,

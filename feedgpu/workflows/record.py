@@ -14,7 +14,8 @@ nothing half-written. What it holds (``readings/README.md`` says more):
 
 * ``machine.json``: versions (Python, torch, torchvision, CUDA), the GPU (name, count,
   driver where ``nvidia-smi`` tells), the cores (:func:`feedgpu.measure.machine.describe_machine`),
-  the course's commit, the command, and which guards applied (``"guards":
+  the course's version and a hash of its sources (:func:`course_identity`; not a git commit), the
+  command, and which guards applied (``"guards":
   {"empty_host_cache": false}`` on a PyTorch without ``torch.accelerator.empty_host_cache``);
 * ``copies_and_loop.json``: ``device``, ``torch``, ``cpus``, ``when`` and ``copies``, every
   kind of copy by size, 4 KiB to 512 MiB (:func:`feedgpu.measure.pinning.measure_copy_table`);
@@ -46,6 +47,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
+import importlib.metadata
 import os
 import re
 import shutil
@@ -58,11 +61,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import __file__ as _package_file  # feedgpu/__init__.py: where the course's sources are
 from ..checks import OneLineParser, UsageError, import_named, one_line
 from . import COURSE_ROOT
 
 __all__ = ["main", "Instruments", "default_instruments", "Plan", "plan_for", "COPY_LOOPS", "default_name",
-           "default_workers", "UsageError"]
+           "default_workers", "UsageError", "SOURCE_ROOT", "course_identity", "course_source_files",
+           "course_source_sha256", "course_version"]
 
 PROG = "feedgpu-record"
 
@@ -365,6 +370,89 @@ def measure_loop(base: Any, step: Callable[[Any], Any], synchronize: Callable[[]
             "wait_s_per_batch": wait / batches, "batches": batches, "warm_up_s": warm_up_s}
 
 
+# --------------------------------------------------------------------------- the course's identity
+
+#: The distribution the course installs as (``[project] name`` in ``pyproject.toml``).
+DISTRIBUTION = "feeding-the-gpu"
+
+#: The course's own root: the folder that holds the ``feedgpu`` package beside ``lfw_dataset.py``,
+#: found from the package's own file. Not the current folder, nor git's idea of the repository:
+#: a copy of the course inside another repository would name that repository's commit.
+SOURCE_ROOT = Path(_package_file).resolve().parent.parent
+
+#: Hex digits of the source hash kept in ``machine.json``: 64 bits, enough to tell versions apart.
+SOURCE_HASH_DIGITS = 16
+
+
+def course_version(root: Path) -> str | None:
+    """The course's version: the installed distribution's (:data:`DISTRIBUTION`), else ``[project]
+    version`` of ``root/pyproject.toml`` (a copy run without installing), else None.
+
+    It names a release, not the code: two copies of 0.1.0 may differ (:func:`course_source_sha256` tells).
+    """
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        import tomllib  # Python 3.11+; on 3.10 the version stays unknown
+        with open(root / "pyproject.toml", "rb") as f:
+            return str(tomllib.load(f)["project"]["version"])
+    except (ImportError, OSError, KeyError, ValueError):  # ValueError: tomllib.TOMLDecodeError
+        return None
+
+
+def course_source_files(root: Path) -> list[str]:
+    """The course's sources, as paths relative to ``root`` (``/``-separated), sorted: every
+    ``feedgpu/**/*.py`` (none under a hidden folder such as ``.ipynb_checkpoints``, whose files
+    never run) and ``lfw_dataset.py``.
+
+    Raises:
+        FileNotFoundError: ``root`` holds no ``feedgpu/__init__.py`` or no ``lfw_dataset.py``.
+    """
+    for required in ("feedgpu/__init__.py", "lfw_dataset.py"):
+        if not (root / required).is_file():
+            raise FileNotFoundError(f"{root / required} is missing: the course's sources are not where its package "
+                                    "is; reinstall the course from its folder (.venv/bin/pip install -e .)")
+    found = [path.relative_to(root).as_posix() for path in (root / "feedgpu").rglob("*.py") if path.is_file()]
+    kept = [name for name in found if not any(part.startswith(".") for part in name.split("/"))]
+    return sorted([*kept, "lfw_dataset.py"])
+
+
+def course_source_sha256(root: Path, files: Sequence[str] | None = None) -> str:
+    """The course's code as a hash: the first :data:`SOURCE_HASH_DIGITS` hex digits of the sha256 of
+    a manifest with one line per file of :func:`course_source_files`, in that order,
+    ``<sha256 of its bytes>  <path relative to root>`` and a newline (``sha256sum``'s lines), so
+    that an edit, an added or removed file, and a rename each change it. The same from a shell::
+
+        cd ROOT && { find feedgpu -name '*.py' -not -path '*/.*'; echo lfw_dataset.py; } \\
+            | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16
+    """
+    manifest = hashlib.sha256()
+    for name in course_source_files(root) if files is None else files:
+        manifest.update(f"{hashlib.sha256((root / name).read_bytes()).hexdigest()}  {name}\n".encode())
+    return manifest.hexdigest()[:SOURCE_HASH_DIGITS]
+
+
+def course_identity(root: Path) -> dict[str, Any]:
+    """What names the course that recorded a folder, ``machine.json``'s ``recorder`` beside its
+    ``name``: ``version`` (:func:`course_version`), ``source_sha256`` (:func:`course_source_sha256`)
+    and ``source_files`` (how many files it covers).
+
+    Nothing comes from git. The recorder once wrote ``commit`` and ``modified`` from ``git``, which
+    answers for whatever repository encloses the folder: a copy of the course inside another
+    repository named that repository's commit. They are dropped rather than kept under another
+    name, since the hash names the code that ran without them, and can be computed for any commit.
+    (Folders recorded before keep them: their files are never edited.)
+
+    Raises:
+        FileNotFoundError: as :func:`course_source_files`.
+    """
+    files = course_source_files(root)
+    return {"version": course_version(root), "source_sha256": course_source_sha256(root, files),
+            "source_files": len(files)}
+
+
 # --------------------------------------------------------------------------- the recording
 
 
@@ -378,28 +466,14 @@ def _bar(items: Sequence[Any], desc: str, unit: str) -> Any:
     return tqdm(items, desc=desc, unit=unit, leave=False)
 
 
-def _course_version() -> dict[str, Any]:
-    """The course's git commit, and whether its tracked files differ from it (None where git cannot tell)."""
-    def git(*args: str) -> str | None:
-        try:
-            return subprocess.run(["git", "-C", str(COURSE_ROOT), *args], capture_output=True, text=True,
-                                  timeout=20, check=True).stdout
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
-    return {"commit": commit.strip() if commit else None, "modified": None if status is None else bool(status.strip())}
-
-
 def _machine(described: dict[str, Any], gpu: dict[str, Any], emptied: bool, when: str,
-             argv: Sequence[str]) -> dict[str, Any]:
+             argv: Sequence[str], course: dict[str, Any]) -> dict[str, Any]:
     machine = dict(described)
     machine.pop("device", None)  # "cuda": the GPU's name below is the device of a readings folder
     machine.update({
         "device": gpu.get("gpu"), "gpu": gpu.get("gpu"), "gpu_count": gpu.get("gpu_count"),
         "cuda": gpu.get("cuda"), "driver": gpu.get("driver"), "cpus": os.cpu_count(), "when": when,
-        "recorder": {"name": PROG, **_course_version()},
+        "recorder": {"name": PROG, **course},
         "command": " ".join([PROG, *argv]),
         "guards": {"empty_host_cache": emptied},
     })
@@ -549,10 +623,14 @@ def _record(args: argparse.Namespace, argv: Sequence[str], instruments: Instrume
     from ..measure.machine import usable_cores
     from ..readings import BENCH_FILE, COPIES_FILE, COPY_LOOPS_FILE, MACHINE_FILE, write_readings
 
+    try:
+        course = course_identity(SOURCE_ROOT)  # before measuring: a course without its sources is refused
+    except FileNotFoundError as err:
+        raise UsageError(str(err)) from None
     plan = plan_for(quick=args.quick, cores=usable_cores(), workers=workers, max_seconds=args.max_seconds)
     stages = 4 + (loader is not None)
     emptied = instruments.empty_host_cache()
-    machine = _machine(instruments.describe_machine(), gpu, emptied, when, argv)
+    machine = _machine(instruments.describe_machine(), gpu, emptied, when, argv, course)
     _say(f"[1/{stages}] the machine: {gpu.get('gpu')}, {os.cpu_count()} cores, torch {torch.__version__}"
          + ("" if emptied else " (no torch.accelerator.empty_host_cache: guarded)") + f"; writing {folder}")
     _say(f"[2/{stages}] copies by size: {len(plan.sizes)} sizes, {plan.sizes[0] // 2**10} KiB to "
@@ -562,9 +640,9 @@ def _record(args: argparse.Namespace, argv: Sequence[str], instruments: Instrume
         copies.extend(instruments.copy_table([nbytes], repeats=plan.repeats, large_repeats=plan.large_repeats))
     record: dict[str, Any] = {"device": gpu.get("gpu"), "torch": torch.__version__, "cpus": os.cpu_count(),
                               "when": when, "copies": copies}
-    commit = machine["recorder"]["commit"]
     _say(f"[3/{stages}] the copy loops: the bench's two and notebook 05's three")
-    files: dict[str, Any] = {COPY_LOOPS_FILE: _copy_loops(instruments, f"{PROG} (course commit {commit})")}
+    source = f"{PROG} (course {course['version']}, source sha256 {course['source_sha256']})"
+    files: dict[str, Any] = {COPY_LOOPS_FILE: _copy_loops(instruments, source)}
     _say(f"[4/{stages}] the bench's gpu figures (feedgpu-bench --only gpu)")
     files[BENCH_FILE] = _bench_file(instruments)
     if loader is not None:

@@ -72,12 +72,14 @@ project = "Feeding the GPU: a reference run"
 extensions = ["myst_nb", "feedgpu.workflows.site"]
 html_theme = "alabaster"  # Sphinx's bundled default: no theme or font is downloaded
 html_theme_options = {"page_width": "1250px", "body_max_width": "none", "show_powered_by": False}
-pygments_style = "vs"  # code colours with at least 4.5:1 contrast (the theme's own fail axe's color-contrast)
+pygments_style = "vs"  # 4.5:1 code colours but one (mended by site.SITE_CSS); the theme's own fail axe's color-contrast
 html_title = project
 html_show_copyright = False
 html_copy_source = False  # the blanked notebooks are on the pages already
 html_show_sourcelink = False
 html_math_renderer = "mathml"  # feedgpu.workflows.site.setup: no MathJax from a CDN
+html_static_path = ["_static"]
+html_css_files = ["feedgpu-site.css"]  # site.SITE_CSS: mends what the theme and vs draw (its comments say what)
 myst_enable_extensions = ["dollarmath"]
 myst_heading_anchors = 3
 nb_execution_mode = "off"  # the notebooks arrive executed (feedgpu-site runs them)
@@ -90,6 +92,42 @@ loading: every notebook executed with its reference solution on one machine, the
 answers and hidden tests blanked as in the student release. Each page says on top which
 machine ran it. Those are that machine's figures, not yours: the course measures live,
 so run the notebooks on your own machine (`make lab`) and compare."""
+
+#: The heading levels of the theme's side bar, which follows each page's own headings:
+#: the site's name, then the side bar's sections (the theme's ``<h3>``: Navigation, Related
+#: Topics), then the caption of the list of pages inside Navigation. Each is one level
+#: below the one before, and the name one below the page's title, so whatever heading a
+#: page ends with, the levels never jump by more than one (axe-core's ``heading-order``).
+SIDEBAR_NAME_LEVEL = 2
+SIDEBAR_CAPTION_LEVEL = 4
+
+#: The site's own style sheet (``_static/feedgpu-site.css``), loaded after the theme's.
+#: Each rule's comment says what it mends. The contrasts are those of axe-core's
+#: ``color-contrast`` (4.5:1 for text), on a wide screen and on a narrow one (narrower than
+#: the theme's 1250 px page, where the side bar moves below the page and turns dark).
+SITE_CSS = """\
+/* Written by feedgpu.workflows.site, do not edit. */
+
+/* The side bar's name, an h2 since site.accessible, drawn as the theme draws its h1.logo. */
+div.sphinxsidebarwrapper h2.logo {
+    font-size: 2em;
+    margin-top: -10px;
+    margin-bottom: 5px;
+}
+
+/* Code in a side bar link (a page's title with code in it) takes the link's colour: the
+   theme draws it #222 without a background, so on a narrow screen, where the side bar
+   turns #333, it could not be read (1.25:1). */
+div.sphinxsidebar a code {
+    color: inherit;
+}
+
+/* vs's colour of class names and types, #2B91AF, is 3.3:1 on the theme's code background
+   (#FAF3E8); this darker one of the same hue is 4.9:1. */
+.highlight .nc, .highlight .kt {
+    color: #1E7391;
+}
+"""
 
 
 class SiteError(RuntimeError):
@@ -391,20 +429,22 @@ def _write_if_changed(path: Path, text: str) -> bool:
     """Write ``text`` unless the file holds it already: Sphinx rebuilds what is newer."""
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return False
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return True
 
 
 def write_sources(src: Path, pages: dict, readme_text: str, references: dict[str, str] | None = None) -> list[str]:
-    """Write the Sphinx source folder: conf.py, index.md, diagnose.md, the pages
-    (``{name: notebook}``) and the reference pages (``{page: markdown}``); return the
+    """Write the Sphinx source folder: conf.py, the style sheet (:data:`SITE_CSS`), index.md,
+    diagnose.md, the pages (``{name: notebook}``) and the reference pages (``{page: markdown}``); return the
     document names. Files that did not change are not touched, and stray pages of an
     earlier build are removed."""
     import nbformat
 
     src.mkdir(parents=True, exist_ok=True)
     references = references or {}
-    files = {"conf.py": CONF_PY, "index.md": index_page(readme_text, list(pages), references),
+    files = {"conf.py": CONF_PY, "_static/feedgpu-site.css": SITE_CSS,
+             "index.md": index_page(readme_text, list(pages), references),
              "diagnose.md": f"# {DIAGNOSE}\n\n{_promoted(readme_section(readme_text, DIAGNOSE))}\n"}
     files.update({f"{doc}.md": text for doc, text in references.items()})
     files.update({f"{name}.ipynb": nbformat.writes(nb) for name, nb in pages.items()})
@@ -438,12 +478,33 @@ def _published(html_dir: Path, docs: list[str] | None):
 
 
 def accessible(page: str) -> str:
-    """A Sphinx page with two things the theme leaves out, that screen readers and keyboard
-    users need (axe-core's rules ``scrollable-region-focusable`` and ``aria-required-attr``):
-    every code block (``<pre>``, which scrolls sideways) can take the keyboard's focus, and
-    every element with ``role="heading"`` (the side bar's caption) says its level."""
-    page = re.sub(r"<pre(?![^>]*\btabindex=)", '<pre tabindex="0"', page)
-    return re.sub(r'role="heading"(?![^>]*\baria-level=)', 'role="heading" aria-level="2"', page)
+    """A Sphinx page with what the theme leaves out, that screen readers and keyboard users
+    need: code blocks that take the keyboard's focus (:func:`focusable_code`) and a side
+    bar whose headings continue the page's outline (:func:`sidebar_outline`)."""
+    return sidebar_outline(focusable_code(page))
+
+
+def focusable_code(page: str) -> str:
+    """Every code block (``<pre>``, which scrolls sideways) of ``page`` can take the
+    keyboard's focus, so a keyboard user can scroll it (axe-core's ``scrollable-region-focusable``)."""
+    return re.sub(r"<pre(?![^>]*\btabindex=)", '<pre tabindex="0"', page)
+
+
+def sidebar_outline(page: str) -> str:
+    """``page`` with the side bar's headings at :data:`SIDEBAR_NAME_LEVEL` and
+    :data:`SIDEBAR_CAPTION_LEVEL`, so that no heading skips a level (axe-core's
+    ``heading-order``) and the page's title is its only ``<h1>``.
+
+    Alabaster's side bar comes after the page's body and opens with the site's name as an
+    ``<h1 class="logo">``, then its sections as ``<h3>``: every page jumped from level 1
+    to 3 there, whatever its own headings. The name becomes an ``<h2>`` (drawn as before,
+    :data:`SITE_CSS`). The caption of the list of pages (``role="heading"``, which the theme
+    gives no level, so axe-core's ``aria-required-attr`` fails) gets the level below
+    Navigation's ``<h3>``, the section it is in.
+    """
+    name = SIDEBAR_NAME_LEVEL
+    page = re.sub(r'<h1 class="logo\b([^"]*)">(.*?)</h1>', rf'<h{name} class="logo\1">\2</h{name}>', page, flags=re.S)
+    return re.sub(r'role="heading"(?![^>]*\baria-level=)', f'role="heading" aria-level="{SIDEBAR_CAPTION_LEVEL}"', page)
 
 
 def sphinx_build(src: Path, work: Path, dest: Path, docs: list[str] | None = None) -> int:
