@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..checks import check_seconds
+from ..checks import check_number, check_seconds
 
 __all__ = ["SimulatedAccelerator", "ReplayedStep", "TimedStep"]
 
@@ -79,26 +79,72 @@ class ReplayedStep:
     for a core beside busy workers, not for a device, and the diagnosis names no
     ``main-thread-work`` from it.
 
+    ``parallel_share``: the share of ``cpu_s`` the original spent in torch's parallel
+    regions (0: none; 1: all of it, on every one of torch's threads). That share is played
+    as a fixed number of additions of one large tensor, each a parallel region on torch's
+    threads, the number calibrated at the first call to take that much CPU, so that beside
+    busy workers it is stretched as the original was: a region ends only when its last
+    thread has had a core, and its threads spin-wait for work a while after it (a busy
+    machine makes this thread's CPU grow, not only its wall time, so a replay held to a CPU
+    deadline would end too soon). Any share above 0 plays one region at least: a step with
+    a single small region already leaves torch's threads spinning after it.
+
     Raises:
-        ValueError, TypeError: a time negative, not finite or not a number.
+        ValueError, TypeError: a time negative, not finite or not a number; ``parallel_share``
+            outside 0 to 1.
     """
 
-    def __init__(self, cpu_s: float, device_s: float, accelerator: bool = True) -> None:
+    def __init__(self, cpu_s: float, device_s: float, accelerator: bool = True, parallel_share: float = 0.0) -> None:
         self.cpu_s = check_seconds("cpu_s", cpu_s)
         self.device_s = check_seconds("device_s", device_s)
         self.accelerator = bool(accelerator)
+        self.parallel_share = check_number("parallel_share", parallel_share)
+        if self.parallel_share > 1:
+            raise ValueError(f"parallel_share must be between 0 and 1, got {parallel_share!r}")
+        self._regions: int | None = None  # calibrated at the first call
+        self._tensors: Any = None
 
     def __call__(self, batch: Any) -> None:
-        deadline = time.thread_time() + self.cpu_s
+        deadline = time.thread_time() + self.cpu_s * (1.0 - self.parallel_share)
         x = 0
         while time.thread_time() < deadline:
             for _ in range(200):  # some arithmetic between readings of the clock
                 x = (x * 48271 + 11) % 2147483647
+        if self.parallel_share > 0:  # last, as a backward pass ends a step: torch's threads spin on after it
+            self._parallel()
         time.sleep(self.device_s)
+
+    def _parallel(self) -> None:
+        import torch
+
+        if self._tensors is None:
+            a = torch.ones(_REGION_ELEMENTS)
+            self._tensors = (a, torch.empty_like(a))
+        a, out = self._tensors
+        if self._regions is None:  # as many regions as take the share's CPU, the machine as it is now
+            torch.add(a, a, out=out)  # the first region starts torch's threads: not counted
+            deadline, regions = time.thread_time() + self.cpu_s * self.parallel_share, 0
+            while regions == 0 or time.thread_time() < deadline:
+                torch.add(a, a, out=out)
+                regions += 1
+            self._regions = regions
+            return
+        for _ in range(self._regions):
+            torch.add(a, a, out=out)
+
+    def __getstate__(self) -> dict[str, Any]:  # tensors and a calibration are this process's
+        return {**self.__dict__, "_tensors": None, "_regions": None}
 
     def __repr__(self) -> str:
         off = "" if self.accelerator else ", accelerator=False"
-        return f"ReplayedStep(cpu_s={self.cpu_s:.4g}, device_s={self.device_s:.4g}{off})"
+        par = f", parallel_share={self.parallel_share:.2g}" if self.parallel_share else ""
+        return f"ReplayedStep(cpu_s={self.cpu_s:.4g}, device_s={self.device_s:.4g}{off}{par})"
+
+
+#: Elements of the tensor added in a replayed parallel region: above torch's grain for an
+#: elementwise operation (32,768), so that its threads take a part each, and small, so that a
+#: step's share is played as many short regions (a step's matrix products are each a region).
+_REGION_ELEMENTS = 1 << 16
 
 
 class TimedStep:
@@ -120,6 +166,7 @@ class TimedStep:
     def __init__(self, step: Callable[[Any], Any], cuda_events: bool | None = None) -> None:
         self.step = step
         self.cpu_s = 0.0
+        self.process_cpu_s = 0.0
         self.wall_s = 0.0
         self.calls = 0
         if cuda_events is None:
@@ -135,11 +182,12 @@ class TimedStep:
 
             start_event, end_event = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start_event.record()
-        wall, cpu = time.perf_counter(), time.thread_time()
+        wall, cpu, process = time.perf_counter(), time.thread_time(), time.process_time()
         try:
             return self.step(batch)
         finally:
             self.cpu_s += time.thread_time() - cpu
+            self.process_cpu_s += time.process_time() - process
             self.wall_s += time.perf_counter() - wall
             self.calls += 1
             if self.cuda_events:
@@ -150,6 +198,12 @@ class TimedStep:
     def cpu_share(self) -> float:
         """CPU time over wall time inside the step: the share of one core it keeps busy."""
         return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def threads(self) -> float:
+        """The threads the step keeps busy: the process's CPU inside it over this thread's (1
+        at least; more for a step on torch's threads; the pin thread, if busy meanwhile, counts)."""
+        return max(self.process_cpu_s / self.cpu_s, 1.0) if self.cpu_s > 0 else 1.0
 
     def gpu_busy_s(self, first: int = 0) -> float | None:
         """Device seconds between the events of steps ``first``, ``first + 1``, ...; None

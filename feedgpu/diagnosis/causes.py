@@ -12,8 +12,10 @@ the thresholds are module constants, stated here and in the README:
   ``op_stats_to_input_pipeline_analysis.cc``); the text says "moderately" between the two.
 * When the loop is input-bound with 0 workers, ``main-process-loading``: the main
   process loads every batch itself. Unless the loop, measured with workers, ran no faster
-  at any count (within 5%): a batch then costs more to hand over than to make, and
-  ``hand-over`` is named instead, with the measured points.
+  at any count (within 5%) and still waited for data there, the main process busy
+  receiving (its CPU inside ``next()`` at least :data:`HAND_OVER_SHARE` of the wait): a
+  batch then costs more to hand over than to make, and ``hand-over`` is named instead,
+  with the measured points.
 * When the loop is input-bound with workers, the wait is the main process receiving
   (``hand-over``: its thread's CPU time inside ``next()`` is at least
   :data:`HAND_OVER_SHARE` of the wait), or the workers: ``cpu-saturated`` when they
@@ -65,7 +67,9 @@ the thresholds are module constants, stated here and in the README:
   epoch.) A dataset without a length is judged by the rate, :data:`GROWTH_KB_PER_ITEM`
   per item (two 4 KiB pages). A worker's first allocations (decoders, buffers, lazily
   opened files) are left out of the growth: the timed batches start after two batches
-  per worker.
+  per worker. Where the growth per item is at least :data:`CACHE_SHARE` of the bytes one
+  item holds (its arrays and tensors), the worker keeps the items themselves: a cache of
+  its own, not copy-on-write, and the sentence and the advice say so.
 * ``main-thread-work``: the step's own CPU work in this process (its thread's CPU time per
   batch, ``time.thread_time``) is at least :data:`MAIN_WORK_SHARE` of the loop's time per
   batch (and :data:`MAIN_WORK_MIN_S`), while the accelerator idles at least that share.
@@ -124,6 +128,7 @@ DEVICE_MIN_SHARE = 0.20
 SERIAL_GAIN = 0.25
 SERIAL_MIN_GAIN = 0.10
 SERIAL_CPU_GROWTH = 0.15
+CACHE_SHARE = 0.5
 
 
 def ms(seconds: float) -> str:
@@ -204,6 +209,8 @@ class Evidence:
             runs): ``{"num_workers", "s_per_batch", "wait_share", "workers_cpu_per_s",
             "idle_share", "main_next_s"}`` each (None: not measured); empty where only one
             loop ran.
+        item_bytes: the bytes of arrays and tensors one item holds (NaN: unknown): a
+            worker's growth per item near it is a cache of the items, not copy-on-write.
     """
 
     num_workers: int
@@ -234,6 +241,7 @@ class Evidence:
     item_read_per_s: float = math.nan
     io_wait_share: float = math.nan
     points: list[dict[str, Any]] = field(default_factory=list)
+    item_bytes: float = math.nan
 
     @property
     def storage_limited(self) -> bool:
@@ -444,12 +452,23 @@ def _flat_scaling(ev: Evidence) -> tuple[dict[str, Any], dict[str, Any]] | None:
 
 def _workers_slower(ev: Evidence) -> bool:
     """Whether the loop was measured with workers and ran no faster at any count than with
-    0 (a batch costs more to hand over than to make): then workers are no advice."""
+    0 while it still waited for data (a batch costs more to hand over than to make): then
+    workers are no advice. A loop that stopped waiting with workers yet ran no faster lost
+    its time in the step (torch's threads beside busy workers), not in the hand-over: the
+    model and its check speak for that one."""
     at_zero = [_measured(p, "s_per_batch") for p in ev.points if p.get("num_workers") == 0]
-    with_workers = [_measured(p, "s_per_batch") for p in ev.points if (p.get("num_workers") or 0) >= 1]
-    with_workers = [s for s in with_workers if math.isfinite(s)]
-    return bool(at_zero and with_workers and math.isfinite(at_zero[0])
-                and min(with_workers) >= 0.95 * at_zero[0])
+    with_workers = [p for p in ev.points if (p.get("num_workers") or 0) >= 1
+                    and math.isfinite(_measured(p, "s_per_batch"))]
+    if not (at_zero and with_workers and math.isfinite(at_zero[0])):
+        return False
+    fastest = min(with_workers, key=lambda p: _measured(p, "s_per_batch"))
+    s, waited, receiving = (_measured(fastest, k) for k in ("s_per_batch", "wait_share", "main_next_s"))
+    if s < 0.95 * at_zero[0]:
+        return False
+    if math.isfinite(waited) and waited < INPUT_BOUND_SHARE:
+        return False  # it stopped waiting: the time went to the step
+    # the wait was the main process receiving (its CPU inside next()), as hand-over with workers is named
+    return not (math.isfinite(receiving) and math.isfinite(waited) and receiving < HAND_OVER_SHARE * waited * s)
 
 
 def _slower_with_workers(ev: Evidence) -> Finding:
@@ -502,8 +521,10 @@ def _memory_finding(ev: Evidence) -> Finding | None:
     growth = ev.memory
     if growth is None or not growth.per_worker_mb or growth.mean_mb < max(GROWTH_MB, 2 * ev.in_flight_mb):
         return None
+    cache = math.isfinite(ev.item_bytes) and ev.item_bytes > 0 and growth.kb_per_item * 1024 >= CACHE_SHARE * ev.item_bytes
     measured = (f"Each worker's private memory (USS) grew {growth.mean_mb:.1f} MB while it read about "
-                f"{growth.items_per_worker:.0f} items ({growth.kb_per_item:.0f} KB per item)")
+                f"{growth.items_per_worker:.0f} items ({growth.kb_per_item:.0f} KB per item"
+                + (f", about the {_mb(ev.item_bytes / 2**20)} an item holds" if cache else "") + ")")
     projected = ev.projected_epoch_mb
     if math.isfinite(projected):
         if projected < EPOCH_GROWTH_MB:
@@ -514,6 +535,14 @@ def _memory_finding(ev: Evidence) -> Finding | None:
                      f"{_mb(projected)}, {_mb(total)} for the {ev.num_workers} workers{share}")
     elif growth.kb_per_item < GROWTH_KB_PER_ITEM:
         return None
+    if cache:
+        return Finding(
+            "memory-growth", measured + ": the dataset keeps the items it makes (a cache), and each worker keeps "
+            "its own copy of it" + ("" if ev.persistent_workers else ", lost at the end of every epoch when the "
+                                    "workers stop (no persistent_workers), and made again in the next") + ".",
+            "Make the items once for every worker instead: decode them to a file before training and open it in "
+            "each worker (a numpy memmap), or into one tensor in shared memory; or bound the cache. Keeping the "
+            "workers (persistent_workers=True) at least keeps what they cached from one epoch to the next.")
     return Finding(
         "memory-growth", measured + ": reading Python objects writes their reference counts, so forked workers "
         "copy the pages they read (copy-on-write).",

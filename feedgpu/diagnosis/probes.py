@@ -190,7 +190,7 @@ ONE_OFF_FIRST = 4.0
 
 
 def _items(loader: DataLoader, deadline: float, wanted: int, reads: list[int] | None = None,
-           keep: int | None = None) -> tuple[list[Any], list[float], list[float], int]:
+           keep: int | None = None, order: Any = None) -> tuple[list[Any], list[float], list[float], int]:
     """Up to ``wanted`` items (at least one, then until ``deadline``), the wall and CPU
     seconds of each, and how many items at the start those seconds leave out (1 for a
     one-off first item, else 0): ``walls[i]`` is of the item fetched ``i + skipped``-th. ``reads``, if
@@ -198,18 +198,22 @@ def _items(loader: DataLoader, deadline: float, wanted: int, reads: list[int] | 
     ``keep``: the items returned, the first ``keep`` (all by default); the others are
     dropped a batch's worth (``keep`` items) at a time, as a worker drops a batch's items
     once it has collated them, so that the next ones reuse their memory as in a loop
-    (items of megabytes held all at once would each take fresh pages, which a loop does not)."""
+    (items of megabytes held all at once would each take fresh pages, which a loop does not).
+    ``order``: the indices to fetch, in order (default: a seeded sample, as the runs read)."""
     dataset = loader.dataset
     if isinstance(dataset, IterableDataset):
         stream = iter(dataset)
         fetch = lambda: next(stream)  # noqa: E731
     else:
-        try:
-            n = len(dataset)  # type: ignore[arg-type]
-            indices = iter(sample_indices(n, wanted))  # the runs' first items
-        except TypeError:  # no length: the loader's own order
-            indices = itertools.chain.from_iterable(
-                b if isinstance(b, list) else [b] for b in iter(loader.batch_sampler or loader.sampler))
+        if order is not None:  # the loader's own batches, taken by the caller
+            indices = iter(order)
+        else:
+            try:
+                n = len(dataset)  # type: ignore[arg-type]
+                indices = iter(sample_indices(n, wanted))  # the runs' first items
+            except TypeError:  # no length: the loader's own order
+                indices = itertools.chain.from_iterable(
+                    b if isinstance(b, list) else [b] for b in iter(loader.batch_sampler or loader.sampler))
         fetch = lambda: dataset[next(indices)]  # noqa: E731
     items, walls, cpus, current = [], [], [], []
     while len(walls) < wanted and (not walls or time.perf_counter() < deadline):
@@ -342,14 +346,22 @@ def probe_items(loader: DataLoader, deadline: float, batches: int = 3, threads: 
 
 def _probe_items(loader: DataLoader, deadline: float, batches: int, threads: int) -> ItemCost:
     batching = loader.batch_size is not None or loader.batch_sampler is not None
+    order = None
     if loader.batch_size is not None:
         batch_size = loader.batch_size
-    elif batching:  # the user's batch_sampler: the size of its first batch
+    elif batching and not isinstance(loader.dataset, IterableDataset):
+        # the user's batch_sampler (buckets of one shape, say): its own first batches, taken once (a
+        # sampler that shuffles gives other batches each time), so the items collated are one batch's
+        own = [list(b) for b in itertools.islice(iter(loader.batch_sampler), batches)]
+        batch_size = max(1, len(own[0])) if own else 1
+        order = [i for b in own for i in b]
+    elif batching:
         batch_size = max(1, len(next(iter(loader.batch_sampler))))
     else:  # no automatic batching: each item is a batch
         batch_size = 1
     reads: list[int] = []
-    items, walls, cpus, skipped = _items(loader, deadline, batches * batch_size, reads, keep=batch_size)
+    items, walls, cpus, skipped = _items(loader, deadline, batches * batch_size if order is None else len(order),
+                                         reads, keep=batch_size, order=order)
     # the median item's: a first item that imports lazily, or a thread reading meanwhile, is left out
     read = float(statistics.median(reads)) if reads else math.nan
     if batching:

@@ -65,6 +65,9 @@ logger = logging.getLogger(__name__)
 #: Each phase and the share of the budget by whose end it is done.
 PHASES: tuple[tuple[str, float], ...] = (("items", 0.08), ("baseline", 0.36), ("hand-over", 0.44),
                                          ("scaling", 0.84), ("what-if", 1.0))
+#: Share of the cores other programs held during the baseline from which, with the load
+#: average above the cores, the verdict is said to rest on disturbed readings.
+BUSY_OTHERS = 0.25
 #: The most batches a run times (a sample, never a whole epoch of a large dataset).
 MAX_TIMED = 40
 
@@ -73,12 +76,14 @@ MAX_TIMED = 40
 class Budget:
     """The diagnosis's clock: each phase's deadline, and a progress bar over the phases."""
 
-    def __init__(self, max_seconds: float, progress: bool) -> None:
+    def __init__(self, max_seconds: float, progress: bool, spare_s: float = 0.0) -> None:
         from tqdm.auto import tqdm
 
         self.max_seconds = max_seconds
         self.start = time.perf_counter()
         self.end = self.start + max_seconds
+        self.spare_s = spare_s  # what the what-if may take past the end, where its share is too short
+        self.borrowed_s = 0.0
         self.bar = tqdm(total=len(PHASES), desc="diagnosis", unit="phase", disable=not progress, leave=False)
 
     def deadline(self, phase: str) -> float:
@@ -89,6 +94,16 @@ class Budget:
 
     def done(self) -> None:
         self.bar.update(1)
+
+    def borrow(self, needed_s: float) -> float:
+        """Move the end so that ``needed_s`` from now fits (with a fifth more), from the spare
+        seconds at most; the seconds borrowed."""
+        extra = min(self.spare_s - self.borrowed_s, 1.2 * needed_s - (self.end - time.perf_counter()))
+        if extra <= 0:
+            return 0.0
+        self.end += extra
+        self.borrowed_s += extra
+        return extra
 
     def close(self) -> None:
         self.bar.close()
@@ -135,6 +150,7 @@ class _Diagnosis:
         self.loader, self.step, self.step_s, self.budget, self.try_fix = loader, step, step_s, budget, try_fix
         self.cores = usable_cores()
         self.workers = loader.num_workers
+        self.step_threads = 1.0  # the threads the step keeps busy, once timed alone
         self.context = loader.multiprocessing_context
         self.notes: list[str] = []
         self.runs: list[Run] = []
@@ -231,6 +247,7 @@ class _Diagnosis:
         if len(walls) >= 2:
             self.step_alone = Reading(walls, threads=torch_threads_now())
             self.step_guess, self.step_cpu = self.step_alone.median_s, timed.cpu_share
+            self.step_threads = timed.threads
         # the step alone, off the CPU: its wait for an accelerator (no worker takes a core from it yet),
         # unless the step says it had none (a CPU-only script's step, played again)
         no_device = isinstance(self.step, ReplayedStep) and not self.step.accelerator
@@ -266,7 +283,8 @@ class _Diagnosis:
                 pool_threads=pool_threads(),
                 read_per_s=b.cpu.get("workers_read_per_s", math.nan), item_read_bytes=self.items.read_bytes,
                 item_read_per_s=self.items.read_per_s,
-                io_wait_share=b.cpu.get("workers_io_wait_share", math.nan))
+                io_wait_share=b.cpu.get("workers_io_wait_share", math.nan),
+                item_bytes=float(payload_bytes(self.one_item())))
         # no batch could be timed within the budget: judge from the item probe and the model
         self.notes.append("the baseline could not be timed within the budget: its figures are the model's "
                           "estimate from the item probe (raise max_seconds for a measurement)")
@@ -276,6 +294,12 @@ class _Diagnosis:
         return Evidence(self.workers, self.loader.persistent_workers, self.cores, wait / guess if guess else 0.0,
                         guess, wait, self.step_guess, math.nan, self.items.load_s, None, pickled=self.pickled,
                         dataset_items=_length(self.loader.dataset), memory_mb=total_memory_mb())
+
+    def one_item(self) -> Any:
+        """One item as the dataset gives it (the probe's first)."""
+        batching = self.loader.batch_size is not None or self.loader.batch_sampler is not None
+        chunk = self.items.chunk
+        return chunk[0] if batching and isinstance(chunk, list) and chunk else chunk
 
     def hand_over(self, ev: Evidence, findings: list[Finding]) -> None:
         """The hand-over costs of the current batches (and of the fix, if it is tried)."""
@@ -306,7 +330,8 @@ class _Diagnosis:
         self.costs = Costs(self.items.load_s, step_s, self.handover.send_s, self.handover.receive_s,
                            self.items.cpu_share, ev.available_cores, step_cpu,
                            pin_s=one.median_s if one is not None else 0.0,
-                           pin_main_s=main.median_s if main is not None else None, sharing=sharing)
+                           pin_main_s=main.median_s if main is not None else None, sharing=sharing,
+                           step_threads=self.step_threads)
         if "storage-bound" in causes and ev.read_per_s > 0:  # the rate the workers reached is the storage's
             self.costs = replace(self.costs, storage_s=ev.item_read_bytes * self.items.batch_size / ev.read_per_s)
         self.measure_floor()
@@ -550,6 +575,11 @@ class _Diagnosis:
         else:
             estimate = chosen.get("predicted_s_per_batch") or self.corrected.s_per_batch(
                 changes.get("num_workers", self.workers))
+        workers = changes.get("num_workers", self.workers)
+        needed = self.start_s(workers) + (max(2, 2 * workers) + 1 + min_timed(workers)) * estimate * repeats
+        if needed > self.budget.end - time.perf_counter() and self.budget.borrow(needed):
+            self.notes.append(f"the what-if took {self.budget.borrowed_s:.1f} s past the diagnosis's budget, "
+                              "from the caller's spare time, to be measured at all")
         run = self.run(label, estimate, self.budget.end, repeats=repeats, restore=chosen.get("restore"), **changes)
         measured = None
         if run.measured and chosen["setting"] == "persistent_workers":
@@ -586,8 +616,8 @@ class _Diagnosis:
         for k, run in sorted(self.scaling.items()):
             if run.measured and not _counts(run):
                 self.notes.append(f"{run.label}: {run.timing.n_batches[0]} timed batches, fewer than the "
-                                  f"{min_timed(run.num_workers)} a point needs (one round of its workers, at least "
-                                  f"{MIN_TIMED}: fewer can be one burst): not measured")
+                                  f"{min_timed(run.num_workers)} a point needs (two rounds of its workers, at least "
+                                  f"{MIN_TIMED}: one can be a burst): not measured")
         scaling = conclusion.scaling_rows([
             {"num_workers": k, "label": run.label, "s_per_batch": run.s_per_batch if _counts(run) else None,
              "spread": _halves_spread(run), "timed_batches": run.timing.n_batches[0] if run.measured else 0}
@@ -600,9 +630,14 @@ class _Diagnosis:
                 try_first["note"] = chosen["note"]
         gpu = b.gpu_busy_s / b.timed_wall_s if b.gpu_busy_s is not None and b.measured else None
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        disturbances = []
         if load is not None and load > self.cores:
             self.notes.append(f"the machine was busy (load average {load:.1f} on {self.cores} cores): "
                               "timings are noisier than on a quiet machine")
+            others = self.cores - ev.available_cores  # the load counts the loop's own processes too
+            if others >= BUSY_OTHERS * self.cores:
+                disturbances.append(f"load average {load:.1f} on {self.cores} cores, other programs holding "
+                                    f"{others:.1f} of them during the baseline")
         step = (f"a simulated accelerator, {ms(self.step_s)} a step" if self.step is None
                 else f"your step ({ms(ev.step_s)} measured)")
         probes = self.probe_readings()
@@ -610,6 +645,8 @@ class _Diagnosis:
             note = disagreement_note(name, reading, ev.s_per_batch) if reading is not None else None
             if note:
                 self.notes.append(note)
+                disturbances.append(f"the {name} probe's readings {reading.spread:.0%} apart")
+        disturbed = disturbed_sentence(disturbances, ev) if disturbances else None
         model = {"costs": self.costs.to_dict(), "fixed_costs": self.fixed_costs.to_dict() if self.fixed_costs else None,
                  "thread_costs": self.thread_costs.to_dict() if self.thread_costs else None,
                  "probes": {k: (r.to_dict() if r is not None else None) for k, r in probes.items()},
@@ -618,7 +655,23 @@ class _Diagnosis:
             busy_share=b.busy_share if b.measured else 1 - ev.data_wait_share, try_first=try_first,
             breakdown=breakdown, scaling=scaling, memory=memory, settings=loader_settings(self.loader), step=step,
             runs=[_run_row(r) for r in self.runs], notes=self.notes, gpu_busy_share=gpu,
-            elapsed_s=self.budget.elapsed_s, max_seconds=self.budget.max_seconds, model=model)
+            elapsed_s=self.budget.elapsed_s, max_seconds=self.budget.max_seconds, model=model, disturbed=disturbed)
+
+    def partial(self, ev: Evidence, what: str, err: BaseException) -> Diagnosis:
+        """The diagnosis of the baseline alone, where ``what`` failed with ``err``: the causes
+        its evidence shows, no model, no scaling, no what-if (said in a note)."""
+        self.notes.append(f"{what} failed ({type(err).__name__}: {err}): the diagnosis rests on the item probe and "
+                          "the baseline alone; the model, the scaling runs and the what-if are missing")
+        b = self.baseline
+        conclusion = conclude(replace(ev, points=self.points()[1]))
+        return conclusion.diagnosis(
+            busy_share=b.busy_share if b.measured else 1 - ev.data_wait_share,
+            breakdown={"fetch_s": self.items.fetch_s, "collate_s": self.items.collate_s, "step_s": ev.step_s,
+                       "s_per_batch": ev.s_per_batch, "wait_s": ev.wait_s, "item_cpu_share": self.items.cpu_share},
+            memory=self.memory_figures(ev, named="memory-growth" in conclusion.causes),
+            settings=loader_settings(self.loader), step=f"your step ({ms(ev.step_s)} measured)",
+            runs=[_run_row(r) for r in self.runs], notes=self.notes, elapsed_s=self.budget.elapsed_s,
+            max_seconds=self.budget.max_seconds)
 
     def probe_readings(self) -> dict[str, Reading | None]:
         """Every repeated probe's readings: the load of a batch, pinning, and the step in the baseline."""
@@ -652,6 +705,15 @@ def _timed(call: Callable[[], Any]) -> tuple[Any, float, float]:
     start, cpu = time.perf_counter(), time.thread_time()
     out = call()
     return out, time.perf_counter() - start, time.thread_time() - cpu
+
+
+def disturbed_sentence(disturbances: list[str], ev: Evidence) -> str:
+    """Why the readings were disturbed, and the reading the verdict rests on: the baseline's
+    wait for data against its step (a step stretched by a busy machine can turn an
+    input-bound loop compute-bound)."""
+    return (f"{'; '.join(disturbances)}. The verdict rests on the baseline's wait for data, {ms(ev.wait_s)} a "
+            f"batch, against its step, {ms(ev.step_s)}: a busy machine stretches either; run it again on a quiet "
+            "machine before acting on it")
 
 
 def torch_threads_now() -> int:
@@ -693,7 +755,8 @@ def _run_row(run: Run) -> dict[str, Any]:
 
 
 def diagnose(loader: DataLoader, step: Callable[[Any], Any] | None = None, *, step_s: float | None = None,
-             max_seconds: float = 60, try_fix: bool = True, progress: bool = True) -> Diagnosis:
+             max_seconds: float = 60, try_fix: bool = True, progress: bool = True,
+             spare_s: float = 0.0) -> Diagnosis:
     """Measure a DataLoader feeding a training step, name what keeps the step waiting, and try a fix.
 
     See :mod:`feedgpu.diagnosis` for what is measured and the vocabulary of causes.
@@ -710,6 +773,8 @@ def diagnose(loader: DataLoader, step: Callable[[Any], Any] | None = None, *, st
         try_fix: build the loader with the setting to try first, measure it the same way,
             and report the measured speed-up beside the predicted one.
         progress: show a progress bar over the phases (tqdm).
+        spare_s: seconds past ``max_seconds`` the what-if may take where too little of the
+            budget is left to time it (``feedgpu-diagnose run`` lends the second run's reserve).
 
     Returns:
         A :class:`~feedgpu.diagnosis.report.Diagnosis`.
@@ -725,20 +790,31 @@ def diagnose(loader: DataLoader, step: Callable[[Any], Any] | None = None, *, st
     problem = check_importable(loader)
     if problem:
         raise ValueError(f"the loader's workers cannot start ({start_method_of(loader)}): {problem}")
-    budget = Budget(max_seconds, progress)
+    budget = Budget(max_seconds, progress, check_seconds("spare_s", spare_s))
     state = _Diagnosis(loader, step, step_s, budget, try_fix)
     try:
         state.probe()
         state.measure_baseline()
         ev = state.evidence()
-        state.hand_over(ev, find_causes(ev))  # what to probe follows the causes the baseline shows
-        state.scale()
-        chosen_from = state.conclude(ev)  # the model checked against its points, before it advises
-        state.corrected = chosen_from.costs
-        tries = state.choose_tries(chosen_from)
-        chosen = tries[0] if tries else None
-        if chosen is not None and try_fix:
-            state.what_if(chosen)
+        chosen = None
+        try:
+            state.hand_over(ev, find_causes(ev))  # what to probe follows the causes the baseline shows
+        except Exception as err:  # noqa: BLE001 - the baseline stands: a partial diagnosis, saying why
+            return state.partial(ev, "the hand-over probe", err)
+        try:
+            state.scale()
+            chosen_from = state.conclude(ev)  # the model checked against its points, before it advises
+            state.corrected = chosen_from.costs
+            tries = state.choose_tries(chosen_from)
+            chosen = tries[0] if tries else None
+            if chosen is not None and try_fix:
+                state.what_if(chosen)
+        except Exception as err:  # noqa: BLE001 - what was measured stands, the rest is said to be missing
+            state.notes.append(f"the diagnosis stopped in its {'what-if' if chosen else 'scaling runs'}: "
+                               f"{type(err).__name__}: {err}; what it measured before stands, "
+                               f"{'the what-if is' if chosen else 'the scaling and the what-if are'} missing")
+            if chosen is not None:
+                chosen.setdefault("note", f"not measured ({type(err).__name__}: {err})")
         return state.report(ev, chosen)
     finally:
         budget.close()

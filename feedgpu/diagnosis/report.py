@@ -88,6 +88,9 @@ class Diagnosis:
         model, evidence, model_s_per_batch: every input of the model, what the causes were
             named from, and the model's seconds per batch by worker count (for a replay).
         modelled: the loop's figures are the model's, not measured (a replay's what-if).
+        disturbed: where the machine was busy while it measured (the load average above the
+            cores, or a probe's readings spread over a quarter): why, and which reading the
+            verdict rests on; None on a quiet machine.
     """
 
     verdict: str
@@ -112,6 +115,7 @@ class Diagnosis:
     evidence: dict[str, Any] = field(default_factory=dict)
     model_s_per_batch: dict[str, float] = field(default_factory=dict)
     modelled: bool = False
+    disturbed: str | None = None
 
     # ------------------------------------------------------------------ figures
     def to_dict(self) -> dict[str, Any]:
@@ -142,6 +146,7 @@ class Diagnosis:
             "evidence": self.evidence,
             "model_s_per_batch": self.model_s_per_batch,
             "modelled": self.modelled,
+            "disturbed": self.disturbed,
         })
 
     @classmethod
@@ -213,6 +218,8 @@ class Diagnosis:
             if self.source == "run":  # the budget counts from each run's first loop, not its start-up
                 lines[0] += " and the script's start-ups"
         lines.append(f"verdict: {self.headline()}")
+        if self.disturbed:
+            lines.append(f"  on disturbed readings: {self.disturbed}")
         if self.gpu_busy_share is not None:
             lines.append(f"GPU busy (CUDA events): {pct(self.gpu_busy_share)}")
         lines.append(f"causes: {', '.join(self.causes) if self.causes else 'none'}")

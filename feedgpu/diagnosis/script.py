@@ -16,7 +16,11 @@ the command only says that a script follows; ``-m module`` works as with Python)
 2. **with the setting to try first changed** (the loader built with the same dataset and
    batch size gets it, the script untouched), for the rest: its loop measured the same
    way. The script's measured speed-up is the first loop's seconds per batch over the
-   second's, reported beside the model's prediction.
+   second's, reported beside the model's prediction, from a steady loop only
+   (:func:`steady_batches`).
+
+Where the first run's share is too short for the diagnosis's what-if, the what-if borrows
+up to :data:`SPARE_SHARE` of the second run's part; the second run gets what is left.
 
 A run has :data:`START_S` to reach its first loop over a DataLoader (Python, torch and the
 script's own set-up), then its share of the budget. When a run's time is up, every process it started (the script, its DataLoader workers,
@@ -55,6 +59,9 @@ GRACE_S = 20.0
 #: :data:`STRETCHED` or more: a note says why (the step lost its cores to the workers).
 SHORT_OF = 0.75
 STRETCHED = 1.25
+#: Share of the second run's part of the budget the first run's what-if may borrow, where
+#: its own share of the first run's is too short for it to be measured.
+SPARE_SHARE = 0.5
 #: Seconds the second run's loop gets at least, however small the budget: time for its
 #: workers to start and a few dozen batches of a typical loop.
 SECOND_MIN_S = 3.0
@@ -90,17 +97,22 @@ def script_command(command: Sequence[str]) -> list[str]:
 
 
 def _pump(stream: Any, echo: bool) -> None:
+    """The script's output, each line prefixed; a line the script left open (a progress bar's,
+    which ends in a carriage return, when the run is stopped) is ended, so that the report
+    starts on a line of its own."""
     for line in iter(stream.readline, ""):
         if echo:
-            sys.stdout.write(PREFIX + line)
+            sys.stdout.write(PREFIX + line + ("" if line.endswith("\n") else "\n"))
             sys.stdout.flush()
     stream.close()
 
 
-def _run(script: list[str], budget_s: float, out: Path, extra: list[str], echo: bool) -> dict[str, Any]:
-    """One run of the script under the hooks; its record (:mod:`.script_hooks`)."""
+def _run(script: list[str], budget_s: float, out: Path, extra: list[str], echo: bool,
+         spare_s: float = 0.0) -> dict[str, Any]:
+    """One run of the script under the hooks; its record (:mod:`.script_hooks`). ``spare_s``:
+    seconds its diagnosis's what-if may take past the budget (lent from the second run)."""
     cmd = [sys.executable, "-u", "-m", "feedgpu.diagnosis.script_hooks", "--out", str(out),
-           "--budget", f"{budget_s:.3f}", *extra, "--", *script]
+           "--budget", f"{budget_s:.3f}", "--spare", f"{spare_s:.3f}", *extra, "--", *script]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                             errors="replace", start_new_session=True)  # a process group of its own: stopped whole
     pump = threading.Thread(target=_pump, args=(proc.stdout, echo), daemon=True)
@@ -110,7 +122,7 @@ def _run(script: list[str], budget_s: float, out: Path, extra: list[str], echo: 
     try:
         while proc.poll() is None and time.monotonic() < deadline:
             if not begun and started.exists():
-                deadline, begun = time.monotonic() + budget_s + GRACE_S, True
+                deadline, begun = time.monotonic() + budget_s + spare_s + GRACE_S, True
             time.sleep(0.1)
     finally:
         _stop_group(proc)
@@ -160,45 +172,179 @@ def diagnose_script(command: Sequence[str], max_seconds: float = 60, try_fix: bo
     first_s = max_seconds * (FIRST_SHARE if try_fix else 1.0)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="feedgpu-run-") as tmp:
-        first = _run(script, first_s, Path(tmp) / "first.json", [] if try_fix else ["--no-try"], echo)
+        # the diagnosis's what-if may borrow half the second run's share where its own is too short
+        spare_s = SPARE_SHARE * (max_seconds - first_s)
+        first = _run(script, first_s, Path(tmp) / "first.json", [] if try_fix else ["--no-try"], echo, spare_s)
         if "diagnosis" not in first:
-            raise ScriptError(first.get("reason") or "no training loop was measured")
+            raise ScriptError(_not_measured(first, max_seconds))
         result = Diagnosis.from_dict(first["diagnosis"])
         result.source = "run"
         loop = first["loop"]
-        result.notes.append(f"the script's own loop, as it is: {loop['s_per_batch'] * 1e3:.3g} ms a batch over "
-                            f"{loop['timed_batches']} timed batches, waiting {loop['wait_s'] * 1e3:.3g} ms of them")
+        result.notes += _loop_notes("as it is", loop, first.get("loaders") or [])
+        warm = _warmed_note(loop, result)
+        if warm:
+            result.notes.append(warm)
         t = result.try_first
+        if warm and t:
+            _cold_prediction(t, loop, result)
         if try_fix and t and t.get("setting") in ("num_workers", "persistent_workers", "worker_init_fn", "collate_fn"):
             change = {"setting": t["setting"], "value": t["value"], "target": first["loader"]}
-            left = max(max_seconds * (1 - FIRST_SHARE), SECOND_MIN_S)
+            used = first.get("used_s") or first_s
+            left = max(max_seconds - used, SECOND_MIN_S)  # what the first run left, less what its what-if borrowed
             try:
                 second = _run(script, left, Path(tmp) / "second.json", ["--change", json.dumps(change)], echo)
             except ScriptError as err:  # the first run's diagnosis stands
                 second = {"applied": True, "reason": str(err)}
-            _compare(result, loop, second, first["loader"])
+            _compare(result, loop, second, first["loader"], left)
     result.max_seconds, result.elapsed_s = max_seconds, time.perf_counter() - start
     result.model = {**result.model, "script": {"command": list(command), "loop": loop}}
     return result
 
 
-def _compare(result: Diagnosis, loop: dict[str, Any], second: dict[str, Any], target: dict[str, Any]) -> None:
-    """The script's measured speed-up with the setting changed, into ``try_first``."""
+#: A loop timed over fewer steady batches than this is said to rest on too few.
+FEW_BATCHES = 10
+
+
+def _not_measured(record: dict[str, Any], max_seconds: float) -> str:
+    """Why the first run gave no diagnosis, with what it did measure and the budget that would do."""
+    reason = record.get("reason") or "no training loop was measured"
+    partial = record.get("partial")
+    seen = [f"{lp['site']}: {lp['batches']} batches, {lp['timed']} timed" for lp in record.get("loaders") or []]
+    if seen:
+        reason += "; measured so far: " + "; ".join(seen)
+    if partial is not None or seen:
+        reason += f"; run with --max-seconds {max(2 * max_seconds, max_seconds + 30):g}"
+    return reason
+
+
+def _loop_notes(which: str, loop: dict[str, Any], loaders: list[dict[str, Any]]) -> list[str]:
+    """What a run measured of the script, in words: its loop, the loaders it saw, what was
+    left out of the step, and whether the loop rests on too few batches."""
+    waiting = f", waiting {loop['wait_s'] * 1e3:.3g} ms of them" if loop.get("wait_s") is not None else ""
+    notes = [f"the script's own loop, {which}: {loop['s_per_batch'] * 1e3:.3g} ms a batch over "
+             f"{loop['timed_batches']} timed batches{waiting}"
+             + (f" ({loop['site']})" if loop.get("site") else "")]
+    if loaders:
+        notes.append("the loaders the script built, by where: " + "; ".join(
+            f"{lp['site']} ({lp.get('dataset', '?').rsplit('.', 1)[-1]}, {lp.get('num_workers')} workers): "
+            f"{lp['iterators']} pass{'' if lp['iterators'] == 1 else 'es'}, {lp['batches']} batches, {lp['timed']} timed"
+            for lp in loaders))
+    steps = loop["timed_batches"] + (loop.get("outliers") or 0)
+    if loop.get("other_s"):
+        run_s = loop["s_per_batch"] * steps + loop["other_s"]
+        notes.append(f"other loaders iterated inside the training loop (a validation pass, say): "
+                     f"{loop['other_s']:.3g} s over {loop['interrupted']} of its {steps} timed steps, about "
+                     f"{loop['other_s'] / run_s:.0%} of that part of the run; left out of the step")
+    if loop.get("outliers"):
+        notes.append(f"{loop['outliers']} steps took far longer than the others ({loop['outlier_s']:.3g} s more in "
+                     "all: a checkpoint, a log, other work between batches); left out of the step")
+    if loop["timed_batches"] < FEW_BATCHES:
+        notes.append(f"the loop {which} rests on {loop['timed_batches']} steady batches, fewer than {FEW_BATCHES}: "
+                     "its figures are uncertain (a larger --max-seconds, or more batches an epoch, times more)")
+    return notes
+
+
+#: The diagnosis's baseline and the script's loop, the same loader and step, further apart than
+#: this factor: the items' cost changed between them (a warm cache), said in a note.
+WARMED = 1.5
+
+
+def _warmed_note(loop: dict[str, Any], result: Diagnosis) -> str | None:
+    """A note where the diagnosis's baseline (the loader as the script built it, the step played
+    again) ran far faster than the script's own loop: the items got cheaper once the script had
+    read them (a cache the dataset keeps, the page cache), so the diagnosis measured warm items,
+    which the script's second run, starting afresh, may not meet."""
+    base = (result.breakdown or {}).get("s_per_batch")
+    mine = loop.get("s_per_batch")
+    if not base or not mine or not (math.isfinite(base) and math.isfinite(mine)) or mine < WARMED * base:
+        return None
+    return (f"the diagnosis's baseline ran at {base * 1e3:.3g} ms a batch, the script's own loop at {mine * 1e3:.3g} ms "
+            f"with the same settings and step ({mine / base:.1f}x slower): its items cost less once the script had "
+            "read them (a cache the dataset keeps, or files now in the page cache). The diagnosis measured warm items; "
+            "the script run again starts cold, and its speed-up can fall short of the prediction")
+
+
+def _cold_prediction(t: dict[str, Any], loop: dict[str, Any], result: Diagnosis) -> None:
+    """Where the diagnosis measured warm items (:func:`_warmed_note`) and the script's loop had
+    0 workers, that loop's wait per batch is what building a batch cold costs: the model is
+    asked again with the workers' load set to it, for the script's second run, which starts
+    cold (``script_predicted_speedup``). Nothing where the loop had workers, the try is not
+    a worker count, or the model was not trusted (the count tried is a measured one); the
+    corrected model's load scale is the one replaced, its other corrections kept."""
+    from dataclasses import replace
+
+    from .fitting import apply_correction
+    from .whatif import Costs
+
+    costs = (result.model or {}).get("costs")
+    check = (result.model or {}).get("check") or {}
+    workers = (result.settings or {}).get("num_workers")
+    if (not costs or workers != 0 or t.get("setting") != "num_workers" or not loop.get("wait_s")
+            or check.get("trusted") is False):
+        return
+    model = apply_correction(Costs.from_dict(costs), check.get("correction"))
+    if model.load_s <= 0:
+        return
+    cold = replace(model, load_scale=loop["wait_s"] / model.load_s)
+    new = cold.s_per_batch(int(t["value"]))
+    if new > 0:
+        t["script_predicted_speedup"] = loop["s_per_batch"] / new
+        result.notes.append(f"for the script run again, which starts cold, the model with the workers' load at the "
+                            f"script's own wait ({loop['wait_s'] * 1e3:.3g} ms a batch with 0 workers) predicts "
+                            f"{t['script_predicted_speedup']:.2f}x with {t['setting']}={t['value']}")
+
+
+def _same_loop(found: dict[str, Any], target: dict[str, Any]) -> bool:
+    """Whether two runs timed the same loop: loaders built at the same site of the script (a
+    loader made again every epoch changes its dataset and batch size there), or, for records
+    without a site, with the same dataset and batch size."""
+    if found.get("site") and target.get("site"):
+        return found["site"] == target["site"]
+    keys = ("dataset", "length", "batch_size")
+    return all(found.get(k) == target.get(k) for k in keys)
+
+
+def steady_batches(workers: int) -> int:
+    """The fewest timed batches the second run's loop needs for a speed-up: ``max(10, 2 x workers)``."""
+    return max(FEW_BATCHES, 2 * workers)
+
+
+def _compare(result: Diagnosis, loop: dict[str, Any], second: dict[str, Any], target: dict[str, Any],
+             budget_s: float = math.nan) -> None:
+    """The script's measured speed-up with the setting changed, into ``try_first``: only from a
+    steady second run (two batches per worker left untimed after the first, then at least
+    :func:`steady_batches` timed), else "not measured" with the budget that would do."""
     t = result.try_first
+    workers = t["value"] if t.get("setting") == "num_workers" else (result.settings or {}).get("num_workers") or 0
+    needed = steady_batches(int(workers))
+    t["script_warmup_batches"] = max(2, 2 * int(workers))
     if not second.get("applied"):
         t["script_note"] = "the second run built no loader like the training loop's: the setting was not applied"
     elif "loop" not in second:
         t["script_note"] = f"the second run's loop was not measured ({second.get('reason', 'no reason given')})"
-    elif second.get("loader") != target:
+    elif not _same_loop(second.get("loader") or {}, target):
         t["script_note"] = "the second run timed another loader's loop than the first: nothing to compare"
+    elif second["loop"]["timed_batches"] < needed:
+        timed = t["script_timed_batches"] = second["loop"]["timed_batches"]
+        more_s = (needed - timed + t["script_warmup_batches"]) * second["loop"]["s_per_batch"]
+        budget = (result.max_seconds or 60) if not math.isfinite(budget_s) else budget_s / (1 - FIRST_SHARE)
+        t["script_note"] = (f"not measured: the second run timed {timed} steady batches of the {needed} a speed-up "
+                            f"needs (two a worker untimed first); it needs about {more_s:.2g} s more; run with "
+                            f"--max-seconds {math.ceil(budget + more_s / (1 - FIRST_SHARE) + 5):g}")
+        result.notes += _loop_notes("run again", second["loop"], second.get("loaders") or [])
     else:
+        t["script_timed_batches"] = second["loop"]["timed_batches"]
+        result.notes += [n for n in _loop_notes("run again", second["loop"], second.get("loaders") or [])[1:]
+                         if n.startswith("the loaders")]
         new = second["loop"]["s_per_batch"]
         t["script_measured_speedup"] = loop["s_per_batch"] / new if new > 0 else math.nan
         result.notes.append(f"the script run again with {t['setting']}={t['value']}: "
                             f"{new * 1e3:.3g} ms a batch over {second['loop']['timed_batches']} timed batches, "
-                            f"{t['script_measured_speedup']:.2f}x (the model predicted {t['predicted_speedup']:.2f}x)")
+                            f"{t['script_measured_speedup']:.2f}x (the model predicted "
+                            f"{t.get('script_predicted_speedup') or t['predicted_speedup']:.2f}x"
+                            + (" for cold items" if t.get("script_predicted_speedup") else "") + ")")
         step, new_step = loop.get("step_s") or 0.0, second["loop"].get("step_s") or 0.0
-        short = t["script_measured_speedup"] < SHORT_OF * t["predicted_speedup"]
+        short = t["script_measured_speedup"] < SHORT_OF * (t.get("script_predicted_speedup") or t["predicted_speedup"])
         if short and step > 0 and new_step > STRETCHED * step:
             result.notes.append(
                 f"the script's step took {new_step * 1e3:.3g} ms a batch in the second run, {new_step / step:.1f}x its "

@@ -141,6 +141,8 @@ class Costs:
             known; fitted, :mod:`.fitting`).
         main_floor_s: the main process's seconds per batch when batches are ready, measured
             at a high batch rate (None: not measured, the sum of its probes stands).
+        step_threads: the threads the step keeps busy (its process's CPU over its thread's:
+            a step on torch's threads keeps more than one), each for its host part.
     """
 
     load_s: float
@@ -157,6 +159,7 @@ class Costs:
     load_scale: float = 1.0
     serial_s: float = 0.0
     main_floor_s: float | None = None
+    step_threads: float = 1.0
 
     # ------------------------------------------------------------------ the stages
     @property
@@ -182,8 +185,8 @@ class Costs:
 
     def main_cpu_s(self) -> float:
         """CPU seconds the main process spends per batch beside the workers: the step's
-        host part, receiving and pinning."""
-        return self.step_s * self.step_cpu_share + self.receive_s + self.pin_s
+        host part (on each of the threads it keeps busy), receiving and pinning."""
+        return self.step_s * self.step_cpu_share * self.step_threads + self.receive_s + self.pin_s
 
     def floor_s(self) -> float | None:
         """The cores' pace: all the CPU a batch needs over the cores; None when it needs none."""

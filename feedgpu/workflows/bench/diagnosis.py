@@ -7,6 +7,11 @@
   and the highest measured / predicted seconds per batch over the worker counts it
   measured, each predicted without its own measurement (leave one out; budget: 0.75 to
   1.33); and the diagnosis's wall time against its ``max_seconds``.
+* ``feedgpu-diagnose run`` on each training script of ``tests/scripts/`` (the styles people
+  write; a checkout only), as it is with 0 workers (the BLAS one with its 2): the cause
+  named, the setting tried, the model's predicted speed-up, the diagnosis's what-if, the
+  script's own second run and the steady batches it rests on, and the script's speed-up
+  over the prediction (budget: 0.75 to 1.25).
 * The cost of watching a loop (``feedgpu.diagnose.watch``) on the healthy loader: the
   loop's time per step with and without it, in paired rounds (alternating which goes
   first, so a drift of the machine's load hits both), as a share of the step time
@@ -46,6 +51,44 @@ def _loop_s(loader, step_s: float, how: str) -> float:
 #: Planted causes with nothing to try that the bench leaves out (the healthy loop, and the
 #: causes whose naming the tests check): it times the others, and the what-ifs.
 UNTRIED = {None, "cpu-saturated", "memory-growth"}
+
+
+#: Seconds of feedgpu-diagnose run's budget for each style script (both runs).
+SCRIPT_SECONDS = 40.0
+#: The style scripts' arguments beyond the default 0 workers (those that set their own).
+SCRIPT_ARGS = {"blas_items": ["--workers", "2"]}
+
+
+def bench_scripts() -> list[Figure]:
+    """feedgpu-diagnose run on each script of ``tests/scripts/``: its prediction against the
+    script's own second run."""
+    from pathlib import Path
+
+    from feedgpu.diagnosis.script import ScriptError, diagnose_script
+
+    folder = Path(__file__).resolve().parents[3] / "tests" / "scripts"
+    out = []
+    for path in sorted(folder.glob("*.py")):
+        if path.stem == "common":
+            continue
+        command = ["python", str(path), "--epochs", "50", *SCRIPT_ARGS.get(path.stem, [])]
+        try:
+            result = diagnose_script(command, max_seconds=SCRIPT_SECONDS, echo=False)
+        except ScriptError as err:
+            out.append(figure(f"run {path.stem}: diagnosed", 0.0, "", str(err)[:200]))
+            continue
+        t = result.try_first or {}
+        setting = f"{t.get('setting')}={t.get('value')}" if t else "nothing tried"
+        predicted, script = t.get("predicted_speedup"), t.get("script_measured_speedup")
+        out += [figure(f"run {path.stem}: predicted speed-up", predicted or float("nan"), "x",
+                       f"causes {result.causes}; {setting}"),
+                figure(f"run {path.stem}: what-if speed-up", t.get("measured_speedup") or float("nan"), "x"),
+                figure(f"run {path.stem}: the script's speed-up", script or float("nan"), "x",
+                       f"{t.get('script_timed_batches')} steady batches" if script else
+                       str(t.get("script_note") or "not run again")[:160]),
+                figure(f"run {path.stem}: script / predicted",
+                       script / predicted if script and predicted else float("nan"), "x", "budget 0.75 to 1.25")]
+    return out
 
 
 def bench_diagnosis() -> list[Figure]:
@@ -100,4 +143,4 @@ def bench_diagnosis() -> list[Figure]:
                    "median of paired rounds; budget < 0.05"),
             figure("feedgpu-diagnose run: the hooks' overhead / step time", script, "x",
                    "a script's loop timed as run times it, median of paired rounds; budget < 0.05")]
-    return out
+    return out + bench_scripts()
