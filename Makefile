@@ -37,7 +37,7 @@ help:
 # overwritten; a notebook the course changed since comes beside yours as NAME.updated.ipynb.
 # Open the course in JupyterLab on your working copy work/ (makes the environment, the data and work/ first if missing).
 lab: $(STAMP) $(if $(filter real,$(LFW)),$(REAL),$(SYNTHETIC))
-	@$(PY) -m feedgpu.workflows.workcopy --work $(WORK)
+	@$(PY) -m feedgpu.workflows.course.workcopy --work $(WORK)
 	@echo "Opening JupyterLab on $(WORK)/ - open the URL printed below (Ctrl-C twice to stop)."
 	@echo "Check a notebook with: make check NB=03. Course map: README.md. After the course: .venv/bin/feedgpu-diagnose (README)."
 	$(VENV)/bin/jupyter lab --notebook-dir=$(WORK) --ServerApp.open_browser=False --ServerApp.allow_root=True $(LAB_ARGS)
@@ -90,7 +90,7 @@ grade: $(STAMP) $(SYNTHETIC)
 
 # Check your own notebook in work/ with the instructor's tests, hidden ones too: make check NB=03 (all when NB is empty).
 check: $(STAMP) $(SYNTHETIC)
-	@$(PY) -m feedgpu.workflows.workcopy --work $(WORK) > /dev/null
+	@$(PY) -m feedgpu.workflows.course.workcopy --work $(WORK) > /dev/null
 	$(VENV)/bin/feedgpu-check --notebooks $(WORK) $(NB)
 
 # Run the whole test suite (modules, notebooks, nbgrader pipeline, the site's accessibility).

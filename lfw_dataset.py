@@ -30,11 +30,9 @@ import argparse
 import logging
 import math
 import os
-import shutil
 import statistics
 import sys
 import tarfile
-import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterable
@@ -46,6 +44,9 @@ from typing import Any
 import torch
 from PIL import Image, UnidentifiedImageError
 from torch.utils.data import DataLoader, Dataset
+
+from feedgpu.base.cli import OneLineParser, UsageError, run_command
+from feedgpu.base.files import replacing_folder
 
 logger = logging.getLogger(__name__)
 
@@ -313,12 +314,9 @@ def _is_complete(tree: Path) -> bool:
     return (tree / ".complete").is_file()
 
 
-def _publish(tmp: Path, dest: Path) -> None:
-    """Mark ``tmp`` complete and move it to ``dest`` in one rename (same file system)."""
-    (tmp / ".complete").write_text("ok\n")
-    if dest.exists():
-        shutil.rmtree(dest)
-    os.replace(tmp, dest)
+def _mark_complete(tree: Path) -> None:
+    """Mark a tree whole: the last file written before it is swapped into place."""
+    (tree / ".complete").write_text("ok\n")
 
 
 def _write_person_job(args: tuple[str, str, int, int, int]) -> int:
@@ -369,13 +367,11 @@ def generate_synthetic_lfw(
     names = lfw_stats.person_names(seed=seed)
     counts = lfw_stats.lfw_image_counts()
     people = list(zip(names, counts))[:max_people]
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
-    # identity seeds differ between dataset seeds, so another seed paints other people
-    jobs = [(str(tmp), name, i + seed * 100_000, n, seed) for i, (name, n) in enumerate(people)]
     processes = processes or os.cpu_count() or 1
     start = time.perf_counter()
-    try:
+    with replacing_folder(dest) as tmp:  # whole or not at all: a stopped run leaves the old tree
+        # identity seeds differ between dataset seeds, so another seed paints other people
+        jobs = [(str(tmp), name, i + seed * 100_000, n, seed) for i, (name, n) in enumerate(people)]
         with tqdm(total=sum(n for _, n in people), unit="img", desc="synthetic LFW",
                   disable=not progress) as bar:
             if processes == 1:
@@ -385,10 +381,7 @@ def generate_synthetic_lfw(
                 with ProcessPoolExecutor(processes) as pool:
                     for n in pool.map(_write_person_job, jobs, chunksize=32):
                         bar.update(n)
-        _publish(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        _mark_complete(tmp)
     logger.info("wrote %d people to %s in %.1f s", len(people), dest, time.perf_counter() - start)
     return dest
 
@@ -578,12 +571,12 @@ def fetch_real_lfw(
         return dest
     downloads = Path(download_dir) if download_dir is not None else dest.parent / DOWNLOADS_DIR_NAME
     archive_path = download_archive(archive, downloads, progress=progress, n_retries=n_retries)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
-    try:
-        _publish(extract_tree(archive_path, archive.tree, work, progress=progress), dest)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with replacing_folder(dest) as new:  # whole or not at all
+        tree = extract_tree(archive_path, archive.tree, new, progress=progress)
+        for entry in list(tree.iterdir()):  # the archive's tree becomes the folder itself
+            entry.rename(new / entry.name)
+        tree.rmdir()
+        _mark_complete(new)
     logger.info("real LFW extracted to %s (archive kept at %s)", dest, archive_path)
     return dest
 
@@ -602,7 +595,7 @@ def prepare(kind: str = "synthetic", **kwargs: Any) -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line. Its flags are those of the DTU MLOps course's LFW exercise."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="lfw_dataset.py",
         description="Load LFW faces with a DataLoader: show a batch, or time the loader.",
     )
@@ -700,7 +693,11 @@ def time_loader_cli(loader: Iterable[Any], batches: int, repeats: int = 5, warmu
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status (2 and one line for a usage error, 130 on Ctrl-C)."""
+    return run_command("", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.prepare:
@@ -713,8 +710,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         dataset = LFWDataset(args.path_to_folder, transform=default_transform())
     except (FileNotFoundError, NotADirectoryError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        raise UsageError(str(err)) from None
     loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True,
                         num_workers=args.num_workers, generator=torch.Generator().manual_seed(0))
     print(f"{dataset!r}; batch_size={args.batch_size}, num_workers={args.num_workers}")

@@ -12,9 +12,9 @@ c.ClearOutput.enabled = True
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Grading runs every cell as nbgrader's own Execute does, except that a runaway cell costs
-# its time limit once per notebook (feedgpu/workflows/execution.py); the rest is nbgrader's list.
+# its time limit once per notebook (feedgpu/workflows/grading/execution.py); the rest is nbgrader's list.
 c.Autograde.autograde_preprocessors = [
-    "feedgpu.workflows.execution.OneRunawayExecute",
+    "feedgpu.workflows.grading.execution.OneRunawayExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

@@ -43,6 +43,9 @@ PALETTE: dict[str, str] = {"blue": BLUE, "orange": ORANGE, "sky": SKY, "vermilli
                            "light": LIGHT, "white": WHITE}
 #: The colours for series, in the order a figure takes them (matplotlib's cycle).
 SERIES: tuple[str, ...] = (BLUE, ORANGE, SKY, VERMILLION, PURPLE, YELLOW)
+#: The colour of loading (the workers, waiting for data) and of the step, in every figure.
+LOAD_COLOR = ORANGE
+STEP_COLOR = BLUE
 #: The least CIELAB distance (CIE76) between any two colours of the palette, for normal
 #: vision and under simulated protanopia and deuteranopia (2.3 is a just-noticeable difference).
 MIN_DISTANCE = 15.0

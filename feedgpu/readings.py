@@ -4,7 +4,7 @@ The course is built on 2-core machines without a GPU; students have many cores a
 GPUs. What the course's code measured on such a machine is kept in the repository as a
 *readings folder*, ``readings/<machine>-<date>/``, so that the models and the diagnosis
 can be held to a real GPU in ``make test`` and a student without one can see real figures
-(notebook 05). :mod:`feedgpu.workflows.record` (``feedgpu-record``, ``make record``)
+(notebook 05). :mod:`feedgpu.workflows.bench.record` (``feedgpu-record``, ``make record``)
 writes a folder on any machine with a CUDA GPU; this module reads it back, whatever wrote
 it, and nothing else in the course opens these files.
 
@@ -42,23 +42,28 @@ Example::
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
+import re
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .copies import (IN_LOOP_FROM, PINNING_FROM, PINNING_SPREAD, CopyCosts, CopyRange, CostFit, LinearCost,
+from .base.files import replacing_folder
+from .models.copies import (IN_LOOP_FROM, PINNING_FROM, PINNING_SPREAD, CopyCosts, CopyRange, CostFit, LinearCost,
                      fit_linear_cost, pageable_range, spread_range)
 
 __all__ = [
     "READINGS_ROOT",
+    "default_name",
+    "copy_loops_json",
     "CopyReading",
     "CopyLoop",
+    "CopyLoopSettings",
     "LoopReading",
     "Readings",
     "available_readings",
@@ -88,6 +93,20 @@ BENCH_FILE = "bench_gpu.json"
 MACHINE_FILE = "machine.json"
 
 
+def default_name(gpu_name: str, day: datetime.date | None = None) -> str:
+    """The folder's name: the GPU's name in lower case without the vendor, and the date
+    (``"NVIDIA H200"`` on 2026-11-26: ``h200-2026-11-26``)."""
+    words = [w for w in re.findall(r"[a-z0-9]+", gpu_name.lower()) if w != "nvidia"] or ["gpu"]
+    return "-".join(words + [(day or datetime.date.today()).isoformat()])
+
+
+#: What ``copy_loops.json`` says of itself.
+COPY_LOOPS_ABOUT = ("Loops of copies to the GPU and compute recorded on this machine by feedgpu-record "
+                    "(feedgpu.readings.CopyLoop): the bench's two (feedgpu-bench --only gpu, 20 batches of "
+                    "64 MiB) and notebook 05's three (8 batches of 48 MB), each timed with measure_training, "
+                    "with the device time of its compute.")
+
+
 class ReadingsError(ValueError):
     """A readings folder that is missing or cannot be read as one (the message says which file)."""
 
@@ -107,16 +126,12 @@ class CopyReading:
 
 
 @dataclass(frozen=True)
-class CopyLoop:
-    """A recorded loop of ``n_batches`` copies of ``batch_bytes`` to the GPU, each followed by compute.
-
-    Its settings are those of :func:`feedgpu.measure.pinning.measure_training`.
+class CopyLoopSettings:
+    """A loop of ``n_batches`` copies of ``batch_bytes`` to the GPU, each followed by compute,
+    as the recorder runs it: the settings of :func:`feedgpu.measure.pinning.measure_training`.
 
     Attributes:
         name: what the loop is, e.g. ``"bench, plain"`` or ``"notebook 05, pageable, blocking"``.
-        measured_s: host seconds of the whole loop, as recorded.
-        compute_s: device seconds of one step's compute (``measure_compute_s``).
-        source: where the figures come from (a file, a cell, or how a figure was derived).
     """
 
     name: str
@@ -125,6 +140,18 @@ class CopyLoop:
     pinned: bool
     non_blocking: bool
     prefetch: bool
+
+
+@dataclass(frozen=True)
+class CopyLoop(CopyLoopSettings):
+    """A recorded loop (:class:`CopyLoopSettings`) and what it measured.
+
+    Attributes:
+        measured_s: host seconds of the whole loop, as recorded.
+        compute_s: device seconds of one step's compute (``measure_compute_s``).
+        source: where the figures come from (a file, a cell, or how a figure was derived).
+    """
+
     measured_s: float
     compute_s: float
     source: str = ""
@@ -133,6 +160,12 @@ class CopyLoop:
     def overlapped(self) -> bool:
         """Whether copy and compute can overlap: pinned, ``non_blocking`` and prefetched."""
         return self.pinned and self.non_blocking and self.prefetch
+
+
+def copy_loops_json(loops: Sequence[tuple[CopyLoop, Sequence[float]]]) -> dict[str, Any]:
+    """``copy_loops.json``'s document: each loop's fields (:class:`CopyLoop`'s) and its timed runs (``all_s``)."""
+    return {"about": COPY_LOOPS_ABOUT,
+            "loops": [{**asdict(loop), "all_s": list(all_s)} for loop, all_s in loops]}
 
 
 @dataclass(frozen=True)
@@ -202,7 +235,7 @@ class Readings:
 
         A pageable copy is staged by the CPU, and the sweep copies one source again and
         again: sizes that fit in the CPU's caches come out faster than the same bytes do
-        in a training loop (see :attr:`feedgpu.copies.CopyCosts.pageable_in_loop`). The
+        in a training loop (see :attr:`feedgpu.models.copies.CopyCosts.pageable_in_loop`). The
         largest size recorded fits in no cache; its bytes per second, with the latency of
         the straight-line fit, is what a copy streaming from memory costs.
         """
@@ -215,7 +248,7 @@ class Readings:
         would have fitted it there: pageable, pinned and ``pin_memory()`` (on torch's threads,
         as a call in the user's thread) over ``sizes``, and the pageable copy in a loop
         (recorded in a loop where the folder has it, fitted over those of ``sizes`` from
-        :data:`feedgpu.copies.IN_LOOP_FROM` up; else :meth:`streaming_cost`); with the
+        :data:`feedgpu.models.copies.IN_LOOP_FROM` up; else :meth:`streaming_cost`); with the
         ranges of :meth:`pageable_range` and :meth:`pinning_range`.
         """
         if "h2d_pageable_in_loop" in self.copies:  # measured in a loop: fitted over the batch-sized copies
@@ -240,7 +273,7 @@ class Readings:
 
     def pageable_range(self, latency_s: float = 0.0) -> CopyRange | None:
         """The range a pageable copy of a batch's size ran in here
-        (:func:`feedgpu.copies.pageable_range`): copies in a loop (``h2d_pageable_loops``,
+        (:func:`feedgpu.models.copies.pageable_range`): copies in a loop (``h2d_pageable_loops``,
         repeated loops from fresh sources, where a newer recorder timed them, and
         ``h2d_pageable_in_loop``), alone (``h2d_pageable``), and the one-thread host copies
         (``host_copy_1thread``, ``pin_memory_1thread``), every reading. None without pageable copies."""
@@ -249,7 +282,7 @@ class Readings:
 
     def pinning_range(self, latency_s: float = 0.0) -> CopyRange | None:
         """The range ``pin_memory()`` on torch's threads runs in, where its readings spread
-        from run to run (:func:`feedgpu.copies.spread_range` around the fitted line, at
+        from run to run (:func:`feedgpu.models.copies.spread_range` around the fitted line, at
         ``latency_s``); None: a point, or not recorded."""
         rows = [(b, r.all_s) for b, r in self.copies.get("pin_memory_cached", [])]
         if not rows:
@@ -377,18 +410,12 @@ def write_readings(folder: str | os.PathLike, files: Mapping[str, Any], *, extra
         raise FileExistsError(f"{folder} exists already: choose another name, or remove it first")
     if COPIES_FILE not in files:
         raise ReadingsError(f"a readings folder needs {COPIES_FILE}; got {sorted(files)}")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
+    with replacing_folder(folder) as scratch:
         for name, content in files.items():
             text = content if isinstance(content, str) else json.dumps(content, indent=1, default=_jsonable)
             (scratch / name).write_text(text if text.endswith("\n") else text + "\n")
         for name, source in extra.items():
             shutil.copyfile(source, scratch / name)
-        scratch.rename(folder)
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
     logger.info("readings written to %s", folder)
     return folder
 

@@ -100,7 +100,7 @@ def tiny_lfw(tmp_path: Path) -> Path:
 def tiny_release(tmp_path_factory) -> Path:
     """The fixture assignment's student release (``tests/fixtures/source/tiny``), made by
     ``feedgpu-release``'s code: the notebook's path."""
-    from feedgpu.workflows import release
+    from feedgpu.workflows.course import release
 
     dest = release.generate(tmp_path_factory.mktemp("tiny") / "release", source=FIXTURE_SOURCE)
     return dest / TINY / f"{TINY}.ipynb"
@@ -120,7 +120,7 @@ class CourseGrading:
     own code could do written as a call of that code."""
 
     workdir: Path
-    results: list  # grade.Result of this run
+    results: list  # submission.Result of this run
     rows: dict[tuple[str, str], dict]  # (student, assignment) -> row of grades.csv
     cell_scores: dict[tuple[str, str], dict[str, float | None]] = field(default_factory=dict)
     seconds: float = 0.0
@@ -142,7 +142,7 @@ def course_grading(tmp_path_factory) -> CourseGrading:
     """
     from nbgrader.api import Gradebook
 
-    from feedgpu.workflows import grade
+    from feedgpu.workflows.grading import grade
 
     base = tmp_path_factory.mktemp("course")
     subs = base / "submitted"

@@ -21,7 +21,7 @@ import nbformat
 import psutil
 from nbclient import NotebookClient
 
-from feedgpu.workflows.sandbox import Limits
+from feedgpu.workflows.grading.sandbox import Limits
 from wrong_answers import delegations
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ DELEGATING = "00_orientation"
 #: fresh-clone run, 2026-11-27), where it had passed before by the luck of its neighbour.
 GRADED_ALONE = ("09_capstone",)
 
-#: Each answer with references in :data:`feedgpu.testing.REFERENCES` handed in as a call of
+#: Each answer with references in :data:`feedgpu.workflows.grading.testing.REFERENCES` handed in as a call of
 #: one of them, in the ways a student could write it, for every notebook: kept beside each
 #: notebook's wrong answers in ``tests/wrong_answers/``. Each would pass most of its tests
 #: if the references were not hidden while they run.

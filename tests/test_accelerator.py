@@ -1,4 +1,4 @@
-"""Tests for feedgpu.accelerator: the simulated accelerator and the breakdown of its time.
+"""Tests for feedgpu.models.accelerator: the simulated accelerator and the breakdown of its time.
 
 The breakdown's expected values are worked out by hand from the spans (numbers chosen so
 that the sums are exact). The accelerator runs in real time, so its checks are orderings
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from feedgpu.accelerator import fingerprint, AsyncAccelerator, step_breakdown
+from feedgpu.models.accelerator import fingerprint, AsyncAccelerator, step_breakdown
 
 pytestmark = pytest.mark.unit
 

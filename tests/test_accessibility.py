@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from feedgpu.workflows import site
+from feedgpu.workflows.course import site
 from grading_fixtures import FIXTURE_SOURCE, TINY
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ earlier notebook freed) left it short of its bound. In that kernel:
    (DataLoader warns there when a loader has more workers than the machine has cores);
 2. for each answer, its stub, then the answers and tests after it (the cells before it
    run before it exists, in the grader too), then the answer again;
-3. each answer that the course's own code could do (``feedgpu.testing.REFERENCES``) written
+3. each answer that the course's own code could do (``feedgpu.workflows.grading.testing.REFERENCES``) written
    as a delegation to that code (:data:`DELEGATIONS`), then its own tests: every one must
    fail, because the reference is unavailable while they run (``ReferenceHidden``); then
    the answer again;
@@ -55,7 +55,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from feedgpu.testing import REFERENCES, NothingToHide
+from feedgpu.workflows.grading.testing import REFERENCES, NothingToHide
 from grading_fixtures import (
     DELEGATIONS,
     GRADED_ALONE,
@@ -290,7 +290,7 @@ def test_every_answer_has_an_entry_in_references():
                     missing.append(f"{name}:{grade_id(c)}")
                 elif not entry and not (isinstance(entry, NothingToHide) and entry.why.strip()):
                     silent.append(f"{name}:{grade_id(c)}")
-    assert not missing, f"these answers have no entry in feedgpu.testing.REFERENCES: {missing}"
+    assert not missing, f"these answers have no entry in feedgpu.workflows.grading.testing.REFERENCES: {missing}"
     assert not silent, f"these entries hide nothing and do not say why (use NothingToHide): {silent}"
 
 

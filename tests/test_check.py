@@ -17,7 +17,7 @@ import nbformat
 import psutil
 import pytest
 
-from feedgpu.workflows import check
+from feedgpu.workflows.course import check
 from grading_fixtures import FIXTURE_SOURCE, TINY, cell, grade_id, own_tests, points_by_test, student_version
 
 SOLUTION = FIXTURE_SOURCE / TINY / f"{TINY}.ipynb"
@@ -127,7 +127,7 @@ def test_one_line_errors(tmp_path, case, expected):
 
 def test_the_command_exits_2_with_one_line_and_no_traceback(tmp_path):
     root = _notebooks(tmp_path, "00_orientation")
-    proc = subprocess.run([sys.executable, "-m", "feedgpu.workflows.check", "09", "--notebooks", str(root)],
+    proc = subprocess.run([sys.executable, "-m", "feedgpu.workflows.course.check", "09", "--notebooks", str(root)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc
     assert proc.stderr.startswith("error: no notebook matches '09'") and proc.stderr.count("\n") == 1, proc.stderr
@@ -142,7 +142,7 @@ def test_missing_instructor_tests_are_one_line_too(tmp_path, source, expected):
     """Without solutions/ (a copy of the release alone), or without this notebook's tests."""
     root = _notebooks(tmp_path, "00_orientation")
     (tmp_path / "empty").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "feedgpu.workflows.check", "00", "--notebooks", str(root),
+    proc = subprocess.run([sys.executable, "-m", "feedgpu.workflows.course.check", "00", "--notebooks", str(root),
                            "--source", str(tmp_path / source)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and expected in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout

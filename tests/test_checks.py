@@ -1,4 +1,4 @@
-"""feedgpu.checks: the one place that says what a count, a time or a choice must be.
+"""feedgpu.base.checks: the one place that says what a count, a time or a choice must be.
 
 Expectations are the contract in the module's docstring: whole numbers (also 2.0 and
 numpy integers) come back as ``int``, times as ``float``; a bool or a non-number is a
@@ -14,7 +14,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from feedgpu.checks import check_choice, check_int, check_number, check_seconds
+from feedgpu.base.checks import check_choice, check_int, check_number, check_seconds
 
 pytestmark = pytest.mark.unit
 
@@ -121,10 +121,10 @@ def test_import_named_finds_module_attribute_and_says_what_failed():
     """MODULE:ATTRIBUTE, dotted attributes too; each failure is a one-line ValueError naming the flag."""
     import os.path
 
-    from feedgpu.checks import import_named
+    from feedgpu.base.cli import import_named
 
     assert import_named("os.path:join", "--step") == (os.path.join, os.path)
-    assert import_named("feedgpu.checks:import_named.__name__", "--x")[0] == "import_named"
+    assert import_named("feedgpu.base.cli:import_named.__name__", "--x")[0] == "import_named"
     for spec, found in [("os.path", "MODULE:ATTRIBUTE"), ("no_such_module_here:f", "cannot import"),
                         ("os.path:no_such_name", "no attribute")]:
         with pytest.raises(ValueError, match=found) as caught:

@@ -110,13 +110,13 @@ CLAIMS: dict[str, Claim] = {
         "05:03a9d9d9", "it sets `torch.set_num_threads(1)` for itself",
         "torch", "utils/data/_utils/pin_memory.py", ("torch.set_num_threads(1)",)),
     "a worker runs its items on one torch thread": Claim(
-        "feedgpu/diagnosis/probes.py", "``torch/utils/data/_utils/worker.py``, line 274: ``torch.set_num_threads(1)``",
+        "feedgpu/diagnosis/sensing/probes.py", "``torch/utils/data/_utils/worker.py``, line 274: ``torch.set_num_threads(1)``",
         "torch", "utils/data/_utils/worker.py", ("torch.set_num_threads(1)",)),
     "pin_memory=True pins only where an accelerator is": Claim(
-        "feedgpu/diagnosis/probes.py", "``self._pin_memory = loader.pin_memory and torch.accelerator.is_available()``",
+        "feedgpu/diagnosis/sensing/probes.py", "``self._pin_memory = loader.pin_memory and torch.accelerator.is_available()``",
         "torch", "utils/data/dataloader.py", ("self._pin_memory = loader.pin_memory and torch.accelerator.is_available()",)),
     "with 0 workers the main thread pins inside next()": Claim(
-        "feedgpu/copies.py", "``_SingleProcessDataLoaderIter._next_data``",
+        "feedgpu/models/copies.py", "``_SingleProcessDataLoaderIter._next_data``",
         "torch", "utils/data/dataloader.py",
         ("class _SingleProcessDataLoaderIter(", "data = _utils.pin_memory.pin_memory(data, self._pin_memory_device)")),
     "the DataLoader turns pin_memory off on MPS, with a warning": Claim(
@@ -145,13 +145,13 @@ CLAIMS: dict[str, Claim] = {
         "torch", "utils/data/_utils/collate.py",
         ("if torch.utils.data.get_worker_info() is not None:", "elem._typed_storage()._new_shared(numel, device=elem.device)")),
     "prefetch_factor is 2 with workers when not given": Claim(
-        "feedgpu/diagnosis/cloning.py", "with workers, ``prefetch_factor`` None means 2",
+        "feedgpu/diagnosis/sensing/cloning.py", "with workers, ``prefetch_factor`` None means 2",
         "torch", "utils/data/dataloader.py", ("elif num_workers > 0 and prefetch_factor is None:", "prefetch_factor = 2")),
     "next() returns batches in order by default": Claim(
         "03:ce59135c", "(`in_order=True`, the default)",
         "torch", "utils/data/dataloader.py", ("in_order: bool = True",)),
     "DataLoader warns of more workers than it suggests": Claim(
-        "feedgpu/diagnosis/runs.py", "``check_worker_number_rationality`` warns when a loader has more workers than its",
+        "feedgpu/diagnosis/sensing/runs.py", "``check_worker_number_rationality`` warns when a loader has more workers than its",
         "torch", "utils/data/dataloader.py", ("def check_worker_number_rationality(", "This DataLoader will create")),
     "torch pickles a tensor for multiprocessing as a handle to shared memory": Claim(
         "06:a7c32cc4", "(`torch/multiprocessing/reductions.py`): it moves the tensor's memory into *shared memory*",
@@ -169,14 +169,14 @@ CLAIMS: dict[str, Claim] = {
         document="Python's library reference, multiprocessing, 'Contexts and start methods' (changed in 3.14)",
         cites="multiprocessing` documentation"),
     "rchar counts the read(2) family, not a socket's recv": Claim(
-        "feedgpu/diagnosis/storage.py", "A socket read with ``recv`` or ``recv_into`` is not in ``rchar``",
+        "feedgpu/diagnosis/sensing/io_counters.py", "A socket read with ``recv`` or ``recv_into`` is not in ``rchar``",
         document="proc_pid_io(5): rchar, the bytes read(2) and its kin returned", cites="proc_pid_io(5)",
         check=_socket_recv_is_not_in_rchar, only_on="linux"),
     "psutil's iowait is the kernel's delayacct_blkio_ticks": Claim(
-        "feedgpu/diagnosis/storage.py", "psutil's ``cpu_times().iowait``",
+        "feedgpu/diagnosis/sensing/io_counters.py", "psutil's ``cpu_times().iowait``",
         "psutil", "_pslinux.py", ("ret['blkio_ticks'] = fields[39]", "aka 'delayacct_blkio_ticks'")),
     "Linux counts a task's I/O wait only with delay accounting on (off by default since 5.14)": Claim(
-        "feedgpu/diagnosis/storage.py", "``/proc/sys/kernel/task_delayacct`` is 1, or the ``delayacct`` boot option",
+        "feedgpu/diagnosis/sensing/io_counters.py", "``/proc/sys/kernel/task_delayacct`` is 1, or the ``delayacct`` boot option",
         document="Linux, Documentation/accounting/delay-accounting.rst (delayacct off by default since 5.14)",
         cites="off by default since Linux 5.14"),
 }

@@ -1,4 +1,4 @@
-"""Tests for feedgpu.copies: the host-to-device copy model and its fit.
+"""Tests for feedgpu.models.copies: the host-to-device copy model and its fit.
 
 Expected values are worked out by hand here, from latency + bytes / bandwidth and the
 rules in the docstrings, never taken from the module. Everything is arithmetic, so the
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from feedgpu.copies import (FROM_PAGEABLE, PINNING_FROM, PINNING_SPREAD, STRATEGIES, CopyCosts, CopyRange, LinearCost,
+from feedgpu.models.copies import (FROM_PAGEABLE, PINNING_FROM, PINNING_SPREAD, STRATEGIES, CopyCosts, CopyRange, LinearCost,
                             batch_sized, best_strategy, copy_range, fit_linear_cost, pageable_range,
                             pin_then_copy_limit, pin_then_copy_slowdown, predict_strategies, range_note,
                             spread_range, strategy_range_s, strategy_time_s, training_loop_range_s, training_loop_s)
@@ -176,7 +176,7 @@ def test_a_copy_in_a_loop_costs_what_the_loop_pays():
 
 def test_the_simulated_loop_pays_the_copy_in_a_loop():
     """simulate_training's pageable loop: n (copy in a loop + compute), plus a wait per blocking copy."""
-    from feedgpu.simdevice import simulate_training
+    from feedgpu.models.device import simulate_training
 
     costs = CopyCosts(pageable=HAND.pageable, pinned=HAND.pinned, pinning=HAND.pinning, sync_s=HAND.sync_s,
                       pageable_in_loop=LinearCost(10e-6, 0.5 * GB))

@@ -1,4 +1,4 @@
-"""Tests for feedgpu.cores: the grids, estimates, fits and sentences the course sizes by the cores.
+"""Tests for feedgpu.models.cores: the grids, estimates, fits and sentences the course sizes by the cores.
 
 Every function is asked what a 2-, 4-, 8- and 16-core machine gets, without that machine:
 no kernel, and no timing but one, on items of known cost. Expected values are worked out
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from feedgpu.cores import (
+from feedgpu.models.cores import (
     CoresFit,
     beyond_cores_sentence,
     fit_cores_at_work,
@@ -146,7 +146,7 @@ def _model_ms(spin_ms, workers, cores_at_work, overhead_ms):
 
 
 def _old_notebook_fit(spin_ms, measured_ms, workers, cores):
-    """The fit as notebook 04 computed it inline before it moved into feedgpu.cores."""
+    """The fit as notebook 04 computed it inline before it moved into feedgpu.models.cores."""
     spin_p, spin_t2 = np.array(spin_ms) * 1e-3, np.array(measured_ms) * 1e-3
     grid_n = np.linspace(0.5, cores, 151)[:, None, None]
     grid_t = np.geomspace(1e-6, 1e-2, 401)[None, :, None]

@@ -1,6 +1,6 @@
 """Tests for feedgpu.diagnosis: the take-home diagnosis, its command and watch().
 
-The loaders are the planted ones (feedgpu.workloads.planted): items of known cost (a
+The loaders are the planted ones (feedgpu.workflows.bench.planted): items of known cost (a
 sleep or a CPU spin), each loader with one cause. Every timing expectation is a ratio
 (measured against predicted speed-up) with a generous band, for a busy 2-core machine;
 no raw time is asserted except the diagnosis's own budget, with a factor of two.
@@ -27,19 +27,20 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler, get_worker_info
 
 from feedgpu.diagnosis import CAUSES, Diagnosis, clone_loader, diagnose, main, watch
-from feedgpu.diagnosis.causes import Evidence, find_causes
-from feedgpu.diagnosis.cloning import sampled_loader
-from feedgpu.diagnosis.collate import SharedTensorCollate, restore
-from feedgpu.diagnosis import storage
-from feedgpu.diagnosis.causes import MemoryGrowth
-from feedgpu.diagnosis.runs import Snapshot, _cpu_rates
-from feedgpu.diagnosis.threads import OneThreadPerPool, busy_threads, can_limit_pools
+from feedgpu.diagnosis.causes import find_causes
+from feedgpu.diagnosis.evidence import Evidence
+from feedgpu.diagnosis.sensing.cloning import sampled_loader
+from feedgpu.diagnosis.handover_fix import SharedTensorCollate, restore
+from feedgpu.diagnosis.sensing import io_counters as storage
+from feedgpu.diagnosis.evidence import MemoryGrowth
+from feedgpu.diagnosis.sensing.runs import Snapshot, _cpu_rates
+from feedgpu.diagnosis.sensing.threads import OneThreadPerPool, busy_threads, can_limit_pools
 from feedgpu.diagnosis.whatif import Costs
 from feedgpu.measure.memory import process_roles
 from feedgpu.workloads import SleepDataset
 from feedgpu.workloads.arrays import collate_list, make_records
 from feedgpu.workloads.cost import ThreadReportDataset
-from feedgpu.workloads.planted import PLANTED, healthy, slow_worker_start, too_few_workers
+from feedgpu.workflows.bench.planted import PLANTED, healthy, slow_worker_start, too_few_workers
 
 pytestmark = pytest.mark.unit
 
@@ -470,7 +471,7 @@ def test_report_renders_as_text_html_and_plot():
     assert "too-few-workers" in text and "num_workers=3" in text and "1.80x" in text, text
     page = result._repr_html_()
     assert "input-bound" in page and "data:image/png;base64," in page, page[:300]
-    from feedgpu.plots import plot_diagnosis
+    from feedgpu.diagnosis.plot import plot_diagnosis
 
     axes = plot_diagnosis(result.to_dict())
     assert len(axes) == 3 and axes[1].get_xlabel() == "num_workers", [a.get_title() for a in axes]
@@ -487,7 +488,7 @@ def test_feedgpu_diagnose_is_lazy_and_carries_watch():
 
 def test_command_exit_codes_and_one_line_reasons(tmp_path, monkeypatch, capsys):
     (tmp_path / "mytraining.py").write_text(
-        "from feedgpu.workloads.planted import healthy\n"
+        "from feedgpu.workflows.bench.planted import healthy\n"
         "def boom():\n    raise RuntimeError('no data here')\n"
         "def not_a_loader():\n    return [1, 2, 3]\n")
     monkeypatch.chdir(tmp_path)

@@ -21,10 +21,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-import feedgpu.diagnosis.procedure as procedure
-import feedgpu.diagnosis.runs as runs
+import feedgpu.diagnosis.modes.live as procedure
+import feedgpu.diagnosis.sensing.runs as runs
 from feedgpu import diagnose
-from feedgpu.diagnosis.accelerator import TimedStep
+from feedgpu.diagnosis.sensing.steps import TimedStep
 from feedgpu.measure.timing import time_loader
 
 pytestmark = pytest.mark.unit

@@ -22,12 +22,13 @@ import pytest
 from torch.utils.data import DataLoader
 
 from feedgpu.diagnosis import diagnose, replay, watch
-from feedgpu.diagnosis.causes import Evidence, find_causes
+from feedgpu.diagnosis.causes import find_causes
+from feedgpu.diagnosis.evidence import Evidence
 from feedgpu.diagnosis.conclusion import Conclusion
 from feedgpu.diagnosis.fitting import BAND, check_model
 from feedgpu.diagnosis.whatif import Costs, predicted_tries, shared_resource_s
 from feedgpu.workloads.arrays import SleepArrayDataset, collate_list
-from feedgpu.workloads.planted import PLANTED, SHARED
+from feedgpu.workflows.bench.planted import PLANTED, SHARED
 
 pytestmark = pytest.mark.unit
 

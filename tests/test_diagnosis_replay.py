@@ -15,15 +15,16 @@ from types import SimpleNamespace
 import pytest
 
 from feedgpu.diagnosis import diagnose, replay
-from feedgpu.diagnosis.causes import Evidence, find_causes
-from feedgpu.diagnosis.probes import Reading
-from feedgpu.diagnosis.procedure import _Diagnosis
+from feedgpu.diagnosis.causes import find_causes
+from feedgpu.diagnosis.evidence import Evidence
+from feedgpu.diagnosis.sensing.probes import Reading
+from feedgpu.diagnosis.modes.live import _Diagnosis
 from feedgpu.diagnosis.command import main
-from feedgpu.diagnosis.runs import MemoryGrowth
+from feedgpu.diagnosis.sensing.runs import MemoryGrowth
 from feedgpu.diagnosis.whatif import Costs
-from feedgpu.model import steady_state_time_per_batch
+from feedgpu.models.pipeline import steady_state_time_per_batch
 from feedgpu.readings import load_readings
-from feedgpu.workloads.planted import PLANTED
+from feedgpu.workflows.bench.planted import PLANTED
 
 H200 = load_readings("h200-2026-11-26")
 STALL_FREE_STEP_MS = 8.04  # the loop's step on a batch held in memory (``stall_free_step_s``: 8.043 ms)

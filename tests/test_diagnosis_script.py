@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from feedgpu.diagnosis.report import Diagnosis
-from feedgpu.diagnosis.script import PREFIX, ScriptError, _compare, script_command
-from feedgpu.diagnosis.script_hooks import loop_figures
+from feedgpu.diagnosis.modes.script import PREFIX, ScriptError, _compare, script_command
+from feedgpu.diagnosis.modes.script_hooks import loop_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 FACES = ROOT / "data" / "lfw-synthetic"
@@ -145,8 +145,8 @@ def test_a_step_replayed_from_a_cpu_only_script_names_no_main_thread_work():
     device, and main-thread-work (named for the same step with an accelerator, the planted
     case) is not named."""
     from feedgpu.diagnosis import diagnose
-    from feedgpu.diagnosis.accelerator import ReplayedStep
-    from feedgpu.workloads.planted import main_thread_work
+    from feedgpu.diagnosis.sensing.steps import ReplayedStep
+    from feedgpu.workflows.bench.planted import main_thread_work
 
     step = ReplayedStep(0.015, 0.010, accelerator=False)
     assert "accelerator=False" in repr(step)
@@ -162,8 +162,8 @@ def test_the_script_s_diagnosis_forks_its_workers_with_the_heap_frozen(monkeypat
     memory-growth named, unfrozen; 2.1 MB frozen). The step played again is the loop's."""
     import gc
 
-    from feedgpu.diagnosis import procedure
-    from feedgpu.diagnosis.script_hooks import _State
+    from feedgpu.diagnosis.modes import live as procedure
+    from feedgpu.diagnosis.modes.script_hooks import _State
 
     seen = {}
 

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from feedgpu.diagnosis.accelerator import ReplayedStep
+from feedgpu.diagnosis.sensing.steps import ReplayedStep
 from feedgpu.diagnosis.report import Diagnosis
-from feedgpu.diagnosis.script import _compare, _not_measured, _warmed_note, steady_batches
-from feedgpu.diagnosis.script_hooks import _matches, loop_figures, parallel_share
+from feedgpu.diagnosis.modes.script import _compare, _not_measured, _warmed_note, steady_batches
+from feedgpu.diagnosis.modes.script_hooks import _matches, loop_figures, parallel_share
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -238,8 +238,8 @@ def test_a_baseline_far_faster_than_the_script_s_loop_says_the_items_were_warm()
 
 
 def test_a_verdict_on_a_busy_machine_says_so_and_what_it_rests_on():
-    from feedgpu.diagnosis.causes import Evidence
-    from feedgpu.diagnosis.procedure import disturbed_sentence
+    from feedgpu.diagnosis.evidence import Evidence
+    from feedgpu.diagnosis.modes.live import disturbed_sentence
 
     ev = Evidence(num_workers=0, persistent_workers=False, cores=2, data_wait_share=0.06, s_per_batch=0.316,
                   wait_s=0.019, step_s=0.297, startup_s=math.nan, one_batch_s=math.nan, batches_per_epoch=None)
@@ -252,7 +252,7 @@ def test_a_verdict_on_a_busy_machine_says_so_and_what_it_rests_on():
 
 
 def test_the_what_if_borrows_from_the_spare_seconds_only_what_it_needs():
-    from feedgpu.diagnosis.procedure import Budget
+    from feedgpu.diagnosis.modes.live import Budget
 
     budget = Budget(1.0, progress=False, spare_s=5.0)
     end = budget.end
@@ -268,7 +268,7 @@ def test_a_pass_nested_in_another_loader_s_is_never_the_training_loop():
     second run only the first run's site may be."""
     from types import SimpleNamespace
 
-    from feedgpu.diagnosis.script_hooks import _State
+    from feedgpu.diagnosis.modes.script_hooks import _State
 
     state = _State(Path(os.devnull), 10.0, None, None, False)
     train = SimpleNamespace(loop=SimpleNamespace(site="train.py:25"), open=True, pass_start=1.0)
@@ -286,7 +286,7 @@ def test_warm_items_give_the_script_s_second_run_a_cold_prediction():
     """A baseline twice as fast as the script's own loop with 0 workers: the second run's
     prediction takes the loop's wait as the workers' load (cold items), and the measured
     speed-up is held to it, not to the warm one."""
-    from feedgpu.diagnosis.script import _cold_prediction
+    from feedgpu.diagnosis.modes.script import _cold_prediction
     from feedgpu.diagnosis.whatif import Costs
 
     costs = Costs(load_s=0.009, step_s=0.002, send_s=0.0, receive_s=0.0005, cpu_share=1.0, cores=2,

@@ -16,7 +16,9 @@ import json
 
 import pytest
 
-from feedgpu.distributed import launch, phases, seen, shards
+from feedgpu.base.files import write_json_atomically
+
+from feedgpu.distributed import launch, phases, shards
 from feedgpu.distributed.launch import marked_processes
 from feedgpu.distributed.phases import PhaseRunner, PhasesRun, function_module, phase_status, write_plan
 
@@ -75,7 +77,7 @@ def test_phases_run_reports_finished_failed_and_missing_phases(tmp_path):
     """ok() needs every rank's status ok; problem() quotes the failing rank's error."""
     for phase, statuses in {"good": [True, True], "bad": [True, False], "half": [True]}.items():
         for rank, ok in enumerate(statuses):
-            seen.write_json_atomically(tmp_path / phase / f"phase-rank-{rank}.json",
+            write_json_atomically(tmp_path / phase / f"phase-rank-{rank}.json",
                                        {"phase": phase, "rank": rank, "ok": ok,
                                         "error": None if ok else "Traceback\nRuntimeError: boom"})
     run = PhasesRun({p: tmp_path / p for p in ("good", "bad", "half")}, world_size=2)
@@ -97,7 +99,7 @@ def test_runner_launches_each_phase_once_per_source(tmp_path, monkeypatch):
         for p in plan["phases"]:
             out = p["args"][p["args"].index("--out") + 1]
             for rank in range(kw["nproc_per_node"]):
-                seen.write_json_atomically(phases.Path(out) / f"phase-rank-{rank}.json",
+                write_json_atomically(phases.Path(out) / f"phase-rank-{rank}.json",
                                            {"rank": rank, "ok": True, "error": None, "args": p["args"]})
         assert kw["workdir"] == tmp_path.resolve(), "the ranks run in the work folder"
         return launch.LaunchResult([], 0, 0.1, False)

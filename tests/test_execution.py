@@ -1,5 +1,5 @@
 """A runaway cell costs its time limit once per notebook when nbgrader grades it
-(``feedgpu.workflows.execution``), and a notebook without one runs as before.
+(``feedgpu.workflows.grading.execution``), and a notebook without one runs as before.
 
 The limits each cell got are read from the preprocessor, not timed: the cells' costs are
 known (a loop that never ends, a sleep of half a second).
@@ -10,7 +10,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from feedgpu.workflows.execution import OneRunawayExecute
+from feedgpu.workflows.grading.execution import OneRunawayExecute
 
 pytestmark = pytest.mark.slow  # a Jupyter kernel and a few interrupted loops: seconds
 

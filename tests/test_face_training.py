@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import lfw_dataset
-from feedgpu.accelerator import AsyncAccelerator
+from feedgpu.models.accelerator import AsyncAccelerator
 from feedgpu.data import lfw_stats
 from feedgpu.workloads import face_training as ft
 

@@ -6,7 +6,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from feedgpu.workflows import grade
+from feedgpu.workflows.grading import grade, submission
 
 
 def _cell(grade_id: str, outputs: list, graded: bool = True):
@@ -18,7 +18,7 @@ def _cell(grade_id: str, outputs: list, graded: bool = True):
 def _notes(tmp_path, *cells) -> list[str]:
     path = tmp_path / "graded.ipynb"
     nbformat.write(new_notebook(cells=list(cells)), path)
-    return grade.cell_errors(path, cell_timeout=30)
+    return submission.cell_errors(path, cell_timeout=30)
 
 
 def warning(text="UserWarning: This DataLoader will create 2 worker processes"):

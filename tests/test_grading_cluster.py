@@ -13,7 +13,7 @@ import pytest
 
 
 def test_a_tree_travels_whole_and_cannot_write_outside_its_folder(tmp_path):
-    from feedgpu.workflows.cluster import read_tree, write_tree
+    from feedgpu.workflows.grading.cluster import read_tree, write_tree
 
     files = {"a.ipynb": b"{}", "sub/mod.py": b"x = 1\n", "empty.txt": b""}
     write_tree(tmp_path / "one", files)
@@ -28,7 +28,7 @@ def test_a_tree_travels_whole_and_cannot_write_outside_its_folder(tmp_path):
 
 
 def test_the_fingerprint_changes_with_what_decides_a_grade():
-    from feedgpu.workflows.cluster import digest
+    from feedgpu.workflows.grading.cluster import digest
 
     source, hand_in = {"tiny.ipynb": b"tests v1"}, {"tiny.ipynb": b"answers"}
     base = digest(source, hand_in, extra="tiny\0limits")

@@ -27,8 +27,8 @@ import nbformat
 import psutil
 import pytest
 
-from feedgpu.workflows import grade
-from feedgpu.workflows.sandbox import REGISTRY
+from feedgpu.workflows.grading import grade
+from feedgpu.workflows.grading.sandbox import REGISTRY
 from grading_fixtures import (
     FIXTURE_SOURCE,
     Cluster,
@@ -206,7 +206,7 @@ def test_a_submission_that_could_not_be_graded_scores_zero_beside_its_reason(tin
 def test_a_cell_that_hangs_costs_that_cell_not_the_submission(tiny_class, name):
     row = tiny_class["rows"][f"bad_{name}"]
     assert row["status"] == "graded" and _code(row) == float(row["max_code_score"]), row
-    # the words of feedgpu.workflows.execution.OneRunawayExecute: nbgrader runs the cells with it
+    # the words of feedgpu.workflows.grading.execution.OneRunawayExecute: nbgrader runs the cells with it
     assert f"ran past its time limit of {CELL_TIMEOUT} s" in row["notes"], row
     assert "time limit" not in tiny_class["rows"]["ada_good"]["notes"], "no false alarm"
 
@@ -375,7 +375,7 @@ def _give_hand_grades(workdir: Path, student: str) -> dict[str, float]:
 
 
 def _grade_cli(*args: str, prefix: list[str] = ()) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, sys.executable, "-m", "feedgpu.workflows.grade", *args],
+    return subprocess.run([*prefix, sys.executable, "-m", "feedgpu.workflows.grading.grade", *args],
                           capture_output=True, text=True, timeout=600)
 
 

@@ -1,4 +1,4 @@
-"""feedgpu.workflows.inspection: what happens to a submission before nbgrader grades it.
+"""feedgpu.workflows.grading.inspection: what happens to a submission before nbgrader grades it.
 
 A tiny assignment is built here with nbformat (an answer cell and two test cells), and
 each test hands in one altered copy: the repairs and notes it must cause are stated by
@@ -15,8 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from feedgpu.testing import REFERENCES
-from feedgpu.workflows.inspection import find_delegations, inspect_and_repair, scan_code
+from feedgpu.workflows.grading.testing import REFERENCES
+from feedgpu.workflows.grading.inspection import find_delegations, inspect_and_repair, scan_code
 from grading_fixtures import (
     RELEASE,
     SOLUTIONS,
@@ -73,8 +73,8 @@ def _answered() -> nbformat.NotebookNode:
 
 
 #: The tiny assignment's answer and the course code that would do its job (the course's
-#: table, feedgpu.testing.REFERENCES, is used for the real notebooks).
-REFS = {"double": ("feedgpu.model:steady_state_time_per_batch", "lfw_dataset:LFWDataset")}
+#: table, feedgpu.workflows.grading.testing.REFERENCES, is used for the real notebooks).
+REFS = {"double": ("feedgpu.models.pipeline:steady_state_time_per_batch", "lfw_dataset:LFWDataset")}
 
 
 def _inspect(tmp_path: Path, submitted: nbformat.NotebookNode, references=None):
@@ -216,10 +216,10 @@ def test_tampering_in_an_answer_or_an_added_cell_is_flagged_with_its_place(tmp_p
 
 def test_an_answer_that_calls_the_course_reference_is_flagged_with_the_reason(tmp_path):
     nb = _answered()
-    _cell(nb, "double").source = ("from feedgpu.model import steady_state_time_per_batch as s\n\n"
+    _cell(nb, "double").source = ("from feedgpu.models.pipeline import steady_state_time_per_batch as s\n\n"
                                   "def double(x):\n    return s(0, x, x)")
     report, _ = _inspect(tmp_path, nb, REFS)
-    expected = ("double: uses the course's reference feedgpu.model.steady_state_time_per_batch: "
+    expected = ("double: uses the course's reference feedgpu.models.pipeline.steady_state_time_per_batch: "
                 "an answer must be the student's own")
     assert report.flags == [expected], report.flags
     assert report.notes == [], "a flag changes nothing else"
@@ -233,9 +233,9 @@ def test_a_delegation_through_another_cell_is_flagged_where_the_answer_is(tmp_pa
     assert "double: uses the course's reference lfw_dataset.LFWDataset: an answer must be the student's own" \
         in report.flags, report.flags
     rebinding = _answered()
-    rebinding.cells.append(nbformat.v4.new_code_cell("import feedgpu.model as m\ndouble = m.steady_state_time_per_batch"))
+    rebinding.cells.append(nbformat.v4.new_code_cell("import feedgpu.models.pipeline as m\ndouble = m.steady_state_time_per_batch"))
     report, _ = _inspect(tmp_path, rebinding, REFS)
-    expected = ("an added cell: uses the course's reference feedgpu.model.steady_state_time_per_batch: "
+    expected = ("an added cell: uses the course's reference feedgpu.models.pipeline.steady_state_time_per_batch: "
                 "an answer must be the student's own")
     assert report.flags == [expected], report.flags
 
@@ -243,7 +243,7 @@ def test_a_delegation_through_another_cell_is_flagged_where_the_answer_is(tmp_pa
 def test_an_own_answer_and_an_experiment_with_a_reference_are_not_flagged(tmp_path):
     nb = _answered()
     nb.cells.append(nbformat.v4.new_code_cell(  # comparing with the course's model is no delegation
-        "from feedgpu.model import steady_state_time_per_batch\nprint(steady_state_time_per_batch(1, 0.1, 0.2))"))
+        "from feedgpu.models.pipeline import steady_state_time_per_batch\nprint(steady_state_time_per_batch(1, 0.1, 0.2))"))
     report, _ = _inspect(tmp_path, nb, REFS)
     assert report.flags == [], report.flags
 
@@ -286,7 +286,7 @@ def test_an_unreadable_notebook_gives_a_note_and_no_crash(tmp_path):
         ("def assert_close(a, b):\n    pass", "redefines an assert helper"),
         ("import numpy as np\nnp.testing.assert_allclose = lambda *a, **k: None", "redefines an assert helper"),
         ("import sys\nsys.settrace(None)", "tampers with the interpreter (trace, modules)"),
-        ("import sys\nsys.modules['feedgpu.testing'] = fake", "tampers with the interpreter (trace, modules)"),
+        ("import sys\nsys.modules['feedgpu.workflows.grading.testing'] = fake", "tampers with the interpreter (trace, modules)"),
         ("import sys\nsys.modules.pop('numpy')", "tampers with the interpreter (trace, modules)"),
         ("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)", "ignores interrupts"),
         ("from signal import signal, SIGINT\nsignal(SIGINT, lambda *a: None)", "ignores interrupts"),
@@ -299,13 +299,13 @@ def test_an_unreadable_notebook_gives_a_note_and_no_crash(tmp_path):
         ("import os\nquit_now = os.abort\nquit_now()", "kills or exits the kernel"),
         ("__import__('os')._exit(0)", "kills or exits the kernel"),
         ("exec('import os; os._exit(0)')", "kills or exits the kernel"),
-        ("from feedgpu.testing import REFERENCES\nREFERENCES.clear()", "changes the course's test helpers (feedgpu.testing)"),
-        ("import feedgpu.testing\nfeedgpu.testing.without_references = None",
-         "changes the course's test helpers (feedgpu.testing)"),
-        ("from feedgpu import testing as t\nsetattr(t, 'hidden', print)", "changes the course's test helpers (feedgpu.testing)"),
+        ("from feedgpu.workflows.grading.testing import REFERENCES\nREFERENCES.clear()", "changes the course's test helpers (feedgpu.workflows.grading.testing)"),
+        ("import feedgpu.workflows.grading.testing\nfeedgpu.testing.without_references = None",
+         "changes the course's test helpers (feedgpu.workflows.grading.testing)"),
+        ("from feedgpu import testing as t\nsetattr(t, 'hidden', print)", "changes the course's test helpers (feedgpu.workflows.grading.testing)"),
         ("import contextlib\nwithout_references = lambda *a: contextlib.nullcontext()",
-         "changes the course's test helpers (feedgpu.testing)"),
-        ("def standing_in(namespace, **kw):\n    yield", "changes the course's test helpers (feedgpu.testing)"),
+         "changes the course's test helpers (feedgpu.workflows.grading.testing)"),
+        ("def standing_in(namespace, **kw):\n    yield", "changes the course's test helpers (feedgpu.workflows.grading.testing)"),
     ],
 )
 def test_scan_code_flags_each_tamper_pattern(source, what):
@@ -323,7 +323,7 @@ def test_scan_code_flags_each_tamper_pattern(source, what):
         "text = 'os._exit and sys.excepthook are only words in a string'",
         "# AssertionError = Exception  (a comment)\nassert 1 + 1 == 2, 'arithmetic'",
         "import sys\nprint('numpy' in sys.modules)",
-        "from feedgpu.testing import standing_in, without_references\nwith without_references('x'):\n    pass",
+        "from feedgpu.workflows.grading.testing import standing_in, without_references\nwith without_references('x'):\n    pass",
     ],
 )
 def test_scan_code_does_not_flag_ordinary_code(source):
@@ -350,24 +350,24 @@ def test_scan_code_reports_each_finding_once_in_a_fixed_order():
 
 # --------------------------------------------------------------------------- find_delegations
 
-MODEL = "feedgpu.model:steady_state_time_per_batch"
-IMPORTS = ("import lfw_dataset\nfrom feedgpu.model import simulate, steady_state_time_per_batch\n"
-           "from feedgpu.copies import LinearCost")
+MODEL = "feedgpu.models.pipeline:steady_state_time_per_batch"
+IMPORTS = ("import lfw_dataset\nfrom feedgpu.models.pipeline import simulate, steady_state_time_per_batch\n"
+           "from feedgpu.models.copies import LinearCost")
 
 
 @pytest.mark.parametrize(
     ("source", "reference"),
     [
         ("time_per_batch = steady_state_time_per_batch", MODEL),  # the imports cell's name
-        ("from feedgpu.model import steady_state_time_per_batch as f", MODEL),
-        ("import feedgpu.model as m\ndef f(*a):\n    return m.steady_state_time_per_batch(*a)", MODEL),
-        ("from feedgpu.testing import steady_state_time_per_batch", MODEL),  # re-exported
-        ("import importlib\nf = importlib.import_module('feedgpu.model').steady_state_time_per_batch", MODEL),
-        ("import feedgpu.model\nf = getattr(feedgpu.model, 'steady_state_time_per_batch')", MODEL),
-        ("from feedgpu.model import *\ndef f(*a):\n    return steady_state_time_per_batch(*a)", MODEL),
+        ("from feedgpu.models.pipeline import steady_state_time_per_batch as f", MODEL),
+        ("import feedgpu.models.pipeline as m\ndef f(*a):\n    return m.steady_state_time_per_batch(*a)", MODEL),
+        ("from feedgpu.workflows.grading.testing import steady_state_time_per_batch", MODEL),  # re-exported
+        ("import importlib\nf = importlib.import_module('feedgpu.models.pipeline').steady_state_time_per_batch", MODEL),
+        ("import feedgpu.models.pipeline\nf = getattr(feedgpu.models.pipeline, 'steady_state_time_per_batch')", MODEL),
+        ("from feedgpu.models.pipeline import *\ndef f(*a):\n    return steady_state_time_per_batch(*a)", MODEL),
         ("def find_people(root):\n    return lfw_dataset.find_classes(root)", "lfw_dataset:find_classes"),
         ("class FacesDataset(lfw_dataset.LFWDataset):\n    pass", "lfw_dataset:LFWDataset"),
-        ("def t(n, l, b):\n    return LinearCost(l, b).time_s(n)", "feedgpu.copies:LinearCost.time_s"),
+        ("def t(n, l, b):\n    return LinearCost(l, b).time_s(n)", "feedgpu.models.copies:LinearCost.time_s"),
         # a library's function that the exercise rebuilds, through the package that re-exports it
         ("from torch.utils.data import DistributedSampler\ndef s(ids, r, w):\n"
          "    return list(DistributedSampler(ids, num_replicas=w, rank=r))",
@@ -396,7 +396,7 @@ def test_find_delegations_finds_each_way_of_reaching_a_reference(source, referen
     ],
 )
 def test_find_delegations_leaves_own_code_alone(source):
-    references = [MODEL, "feedgpu.copies:LinearCost.time_s", "torchvision.datasets.folder:find_classes",
+    references = [MODEL, "feedgpu.models.copies:LinearCost.time_s", "torchvision.datasets.folder:find_classes",
                   "torch.utils.data.distributed:DistributedSampler"]
     assert find_delegations(source, references, context=[IMPORTS]) == [], source
 

@@ -504,7 +504,7 @@ def test_a_family_without_pss_counts_its_shared_pages_once(monkeypatch):
     """macOS and Windows have no PSS. A kernel with 300 MB its 2 forked workers share: RSS
     says 1,150 MB, the family uses 550 (what each holds alone, and the 300 MB once); the
     grader's sandbox must judge by the second."""
-    from feedgpu.workflows import sandbox
+    from feedgpu.workflows.grading import sandbox
 
     mb = 2**20
     fake = {1: memory.Memory(rss=500 * mb, uss=200 * mb, pss=None),

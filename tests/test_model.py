@@ -1,4 +1,4 @@
-"""Tests for feedgpu.model: the queue model, the event simulation and the explanations.
+"""Tests for feedgpu.models.pipeline: the queue model, the event simulation and the explanations.
 
 Everything here is deterministic, so the checks are exact (up to float rounding).
 Expected values are worked out by hand in the tests, from the model's stated rules.
@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 
 import pytest
 
-from feedgpu.model import (bottleneck_stage, draw_load_times, explain_bottleneck, simulate, steady_state_time_per_batch)
+from feedgpu.models.pipeline import (bottleneck_stage, draw_load_times, explain_bottleneck, simulate, steady_state_time_per_batch)
 from feedgpu.plots import plot_model_vs_measured
 
 pytestmark = pytest.mark.unit

@@ -14,8 +14,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from feedgpu.testing import REFERENCES
-from feedgpu.workflows import grade, release
+from feedgpu.workflows.grading.testing import REFERENCES
+from feedgpu.workflows.grading import grade
+from feedgpu.workflows.course import release
 from grading_fixtures import DELEGATING, DELEGATIONS, course_notebooks, graded_test_ids, own_tests, points_by_test
 
 ROOT = Path(__file__).resolve().parents[1]

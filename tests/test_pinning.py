@@ -5,7 +5,7 @@ once with :class:`NoCudaError`; with one, the last tests check the copy model's
 predictions against measurement: a pinned copy (DMA alone) as a point, within 25%; a
 pageable copy (a host copy on one thread, then DMA, whose speed varies from run to run) and
 pinning where its readings spread, inside the range the model predicts
-(:class:`feedgpu.copies.CopyRange`), with 25% to spare at each end. Each says what it
+(:class:`feedgpu.models.copies.CopyRange`), with 25% to spare at each end. Each says what it
 measured. No test compares a raw time with a fixed number: measured times are only
 compared with the model's predictions.
 """
@@ -17,13 +17,13 @@ import warnings
 import pytest
 import torch
 
-from feedgpu.copies import predict_strategies, strategy_range_s
+from feedgpu.models.copies import predict_strategies, strategy_range_s
 from feedgpu.measure.pinning import (NoCudaError, PinReport, cuda_skip_reason, has_cuda, is_pinned,
                                      measure_compute_s, measure_copy_costs, measure_copy_seconds,
                                      measure_copy_timing_readings, measure_first_pin, measure_pin_seconds,
                                      measure_strategies, measure_sync_s, measure_training,
                                      pin_memory_report)
-from feedgpu.simdevice import simulate_training
+from feedgpu.models.device import simulate_training
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""Tests for feedgpu.diagnosis.probes: repeated readings and their spread, the item probe's
+"""Tests for feedgpu.diagnosis.sensing.probes: repeated readings and their spread, the item probe's
 load per batch, the threads a worker runs with, and the warm pinning probe.
 
 The datasets are tiny and in memory, each item a known sleep; timing bounds are generous
@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from feedgpu.diagnosis.probes import (DISAGREE, Reading, disagreement_note, one_thread, probe_items, probe_pinning,
+from feedgpu.diagnosis.sensing.probes import (DISAGREE, Reading, disagreement_note, one_thread, probe_items, probe_pinning,
                                       torch_threads, worker_threads)
 
 pytestmark = pytest.mark.unit
@@ -250,7 +250,7 @@ def test_probe_pinning_without_an_accelerator(monkeypatch):
 def test_load_readings_by_hand():
     """Each batch's worth of items: mean x batch_size + collate; leftovers join the last
     batch's worth; a one-off first item is left out of its batch's worth."""
-    from feedgpu.diagnosis.probes import _load_readings
+    from feedgpu.diagnosis.sensing.probes import _load_readings
 
     assert _load_readings([1, 1, 1, 1, 3, 3, 3, 3, 3], 0, 4, 0.5) == pytest.approx([4.5, 12.5])
     assert _load_readings([2, 2, 2, 4, 4, 4, 4], 1, 4, 0.0) == pytest.approx([8.0, 16.0])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from feedgpu.copies import CopyCosts, LinearCost, training_loop_range_s, training_loop_s
+from feedgpu.models.copies import CopyCosts, LinearCost, training_loop_range_s, training_loop_s
 from feedgpu.readings import (
     FIT_SIZES,
     READINGS_ROOT,
@@ -24,7 +24,7 @@ from feedgpu.readings import (
     load_readings,
     write_readings,
 )
-from feedgpu.simdevice import simulate_training
+from feedgpu.models.device import simulate_training
 
 pytestmark = pytest.mark.unit
 

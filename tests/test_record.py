@@ -1,4 +1,4 @@
-"""Tests for feedgpu-record (feedgpu.workflows.record) and the GPU instruments it adds, without a GPU.
+"""Tests for feedgpu-record (feedgpu.workflows.bench.record) and the GPU instruments it adds, without a GPU.
 
 The recorder measures through an ``Instruments`` object; here its GPU functions are fakes
 that return made-up readings of a known shape, so that what is checked is the folder it
@@ -34,8 +34,8 @@ from feedgpu.measure import pinning
 from feedgpu.measure.pinning import COPY_KINDS, NoCudaError, empty_host_cache, measure_first_pin
 from feedgpu.readings import READINGS_ROOT, load_readings
 import feedgpu
-from feedgpu.workflows import record
-from feedgpu.workflows.record import (Instruments, course_source_files, course_source_sha256, default_name,
+from feedgpu.workflows.bench import record
+from feedgpu.workflows.bench.record import (Instruments, course_source_files, course_source_sha256, default_name,
                                       default_workers, main)
 
 pytestmark = pytest.mark.unit

@@ -1,5 +1,5 @@
 """Reading from remote storage: the datasets and fetchers of feedgpu.workloads.remote against a real
-ObjectStore, and the model of feedgpu.remote_model (Little's law and the simulated store)."""
+ObjectStore, and the model of feedgpu.models.remote_storage (Little's law and the simulated store)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from botocore.exceptions import (ClientError, ConnectionClosedError, EndpointCon
 from torch.utils.data import DataLoader  # noqa: E402
 
 from feedgpu.objectstore import ObjectStore, pack_shards  # noqa: E402
-from feedgpu.remote_model import (expected_slowest_s, latency_quantile_s, predicted_items_per_s,  # noqa: E402
+from feedgpu.models.remote_storage import (expected_slowest_s, latency_quantile_s, predicted_items_per_s,  # noqa: E402
                                   simulate_store)
 from feedgpu.workloads.remote import (  # noqa: E402
     CachedS3Dataset,

@@ -2,7 +2,7 @@
 them, whatever a student did to them: deleted, edited (and unlocked) or moved.
 
 No kernel is needed to show it: nbgrader runs, in order, the cells it is left with after
-the grader's inspection (``feedgpu.workflows.inspection``) and its own clean-up
+the grader's inspection (``feedgpu.workflows.grading.inspection``) and its own clean-up
 (``DeduplicateIds``, ``OverwriteCells`` with ``add_missing_cells``, ``CheckCellMetadata``,
 run here in-process against a gradebook with every assignment registered). For each
 notebook and each way of tampering, that notebook must be the one an honest student's
@@ -19,8 +19,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from feedgpu.workflows.grade import register_assignments
-from feedgpu.workflows.inspection import inspect_and_repair
+from feedgpu.workflows.grading.grade import register_assignments
+from feedgpu.workflows.grading.inspection import inspect_and_repair
 from grading_fixtures import RELEASE, SOLUTIONS, course_notebooks, grade_id, is_test, meta, student_version
 
 pytestmark = pytest.mark.grading

@@ -11,7 +11,7 @@ import sys
 
 import psutil
 
-from feedgpu.workflows.sandbox import Limits, describe, processes_in, run_limited
+from feedgpu.workflows.grading.sandbox import Limits, describe, processes_in, run_limited
 
 PY = sys.executable
 
@@ -80,7 +80,7 @@ def test_orphans_and_new_sessions_are_killed_at_the_end():
 # the registry, until reap_orphans() stops it.
 DIES_WITH_ITS_COMMAND = """
 import subprocess, sys, time
-from feedgpu.workflows.sandbox import Limits, run_limited
+from feedgpu.workflows.grading.sandbox import Limits, run_limited
 run_limited(["sh", "-c", "setsid sleep 300 & echo $! > " + sys.argv[1] + "; sleep 300"], Limits(wall_s=600))
 """
 
@@ -91,7 +91,7 @@ def test_what_a_dead_watchdog_started_is_reaped(tmp_path):
     import subprocess
     import time
 
-    from feedgpu.workflows.sandbox import reap_orphans
+    from feedgpu.workflows.grading.sandbox import reap_orphans
 
     pid_file = tmp_path / "orphan.pid"
     owner = subprocess.Popen([PY, "-c", DIES_WITH_ITS_COMMAND, str(pid_file)])

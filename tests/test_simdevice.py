@@ -1,4 +1,4 @@
-"""Tests for feedgpu.simdevice: the simulated copy and compute engines.
+"""Tests for feedgpu.models.device: the simulated copy and compute engines.
 
 The costs here are powers of two (a 1 MiB batch at 1 GiB/s takes 2**-10 s), so sums
 are exact in floating point and the totals worked out by hand can be compared with ``==``.
@@ -10,8 +10,8 @@ import itertools
 
 import pytest
 
-from feedgpu.copies import STRATEGIES, CopyCosts, LinearCost, strategy_time_s, training_loop_s
-from feedgpu.simdevice import (ENGINES, SimDevice, Span, copy_timing_readings, simulate_strategy,
+from feedgpu.models.copies import STRATEGIES, CopyCosts, LinearCost, strategy_time_s, training_loop_s
+from feedgpu.models.device import (ENGINES, SimDevice, Span, copy_timing_readings, simulate_strategy,
                                simulate_training)
 
 pytestmark = pytest.mark.unit

@@ -20,7 +20,7 @@ import nbformat
 import pytest
 from PIL import Image
 
-from feedgpu.workflows import site
+from feedgpu.workflows.course import site
 from grading_fixtures import FIXTURE_SOURCE, FRESH_WORKERS_CELL, RELEASE, SOLUTIONS, TINY, course_notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -236,8 +236,10 @@ def test_cache_key_changes_with_the_notebook_and_with_what_it_runs(tmp_path):
     notebook.write_text('{"cells": []}')
     assert site.cache_key(notebook, [module], root=tmp_path) != key, "a changed notebook must change the key"
     sources = {p.relative_to(ROOT).as_posix() for p in site.run_sources()}
-    assert {"lfw_dataset.py", "feedgpu/testing.py", "feedgpu/workloads/cost.py"} <= sources, sources
-    assert not any(s.startswith("feedgpu/workflows/") for s in sources), "no notebook runs the workflows"
+    assert {"lfw_dataset.py", "feedgpu/workflows/grading/testing.py", "feedgpu/workloads/cost.py"} <= sources, sources
+    workflows = {s for s in sources if s.startswith("feedgpu/workflows/")}
+    assert workflows == {"feedgpu/workflows/__init__.py", "feedgpu/workflows/grading/__init__.py",
+                         "feedgpu/workflows/grading/testing.py"}, f"no notebook runs the other workflows: {workflows}"
 
 
 def test_bad_requests_fail_in_one_line(tmp_path):

@@ -1,12 +1,12 @@
-"""Every notebook's "Time needed" comes from one stated method (feedgpu.workflows.study_time)."""
+"""Every notebook's "Time needed" comes from one stated method (feedgpu.workflows.course.study_time)."""
 
 from __future__ import annotations
 
 import nbformat
 import pytest
 
-from feedgpu.workflows import study_time as st
-from feedgpu.workflows.release import RELEASE
+from feedgpu.workflows.course import study_time as st
+from feedgpu.workflows.course.release import RELEASE
 
 pytestmark = pytest.mark.unit
 
@@ -78,7 +78,7 @@ def test_every_notebook_states_the_time_its_count_gives(name):
     assert name in st.RUN_S_2_CORES, f"{name}: no measured execution time on 2 cores in study_time.RUN_S_2_CORES"
     want = st.sentence(st.study_time(release, solution, name))
     assert st.stated(solution) == want, (f"{name} says {st.stated(solution)!r}, its count gives {want!r}: run "
-                                         f"python -m feedgpu.workflows.study_time --write, then make release")
+                                         f"python -m feedgpu.workflows.course.study_time --write, then make release")
 
 
 @pytest.mark.parametrize("name, parts", [("05_pinned_memory", ["Part F"]),

@@ -1,4 +1,4 @@
-"""feedgpu.testing: the helpers that notebooks' test cells grade with.
+"""feedgpu.workflows.grading.testing: the helpers that notebooks' test cells grade with.
 
 ``standing_in`` decides whose function a test cell runs, so a bug there would grade a
 student with the wrong code; ``without_references`` decides that an answer calling the
@@ -16,10 +16,10 @@ import types
 
 import pytest
 
-import feedgpu.model
-import feedgpu.testing
-from feedgpu.model import steady_state_time_per_batch
-from feedgpu.testing import (
+import feedgpu.models.pipeline
+import feedgpu.workflows.grading.testing
+from feedgpu.models.pipeline import steady_state_time_per_batch
+from feedgpu.workflows.grading.testing import (
     REFERENCES,
     NothingToHide,
     ReferenceHidden,
@@ -138,7 +138,7 @@ def test_overlap_model_rejects_negative_times():
 
 # --------------------------------------------------------------------------- without_references
 
-MODEL = "feedgpu.model:steady_state_time_per_batch"
+MODEL = "feedgpu.models.pipeline:steady_state_time_per_batch"
 
 
 def _kept_in_a_closure():
@@ -151,19 +151,19 @@ def _kept_in_a_closure():
 
 
 def test_a_hidden_reference_fails_through_every_name_and_alias():
-    import feedgpu.model as aliased_module
+    import feedgpu.models.pipeline as aliased_module
 
     def default_argument(w, load_s, step_s, _ref=steady_state_time_per_batch):
         return _ref(w, load_s, step_s)
 
     ways = {
-        "the module attribute": lambda: feedgpu.model.steady_state_time_per_batch(1, 0.1, 0.2),
+        "the module attribute": lambda: feedgpu.models.pipeline.steady_state_time_per_batch(1, 0.1, 0.2),
         "a module alias": lambda: aliased_module.steady_state_time_per_batch(1, 0.1, 0.2),
         "an imported name": lambda: steady_state_time_per_batch(1, 0.1, 0.2),
         "a default argument": lambda: default_argument(1, 0.1, 0.2),
         "a closure": lambda: _kept_in_a_closure()(1, 0.1, 0.2),
         "a list": lambda: [steady_state_time_per_batch][0](1, 0.1, 0.2),
-        "a module that re-exports it": lambda: feedgpu.testing.steady_state_time_per_batch(1, 0.1, 0.2),
+        "a module that re-exports it": lambda: feedgpu.workflows.grading.testing.steady_state_time_per_batch(1, 0.1, 0.2),
         "other course code that calls it": lambda: overlap_model(0.1, 0.2, True),
     }
     with hidden(MODEL):
@@ -225,7 +225,7 @@ def test_hiding_is_undone_when_the_block_raises_and_keeps_defaults():
 
 def test_nested_hiding_unwinds_in_order():
     with hidden(MODEL):
-        with hidden(MODEL, "feedgpu.testing:overlap_model"):
+        with hidden(MODEL, "feedgpu.workflows.grading.testing:overlap_model"):
             with pytest.raises(ReferenceHidden):
                 overlap_model(0.1, 0.2, True)
         with pytest.raises(ReferenceHidden):
@@ -264,11 +264,11 @@ def test_a_forked_worker_inherits_the_hiding_a_spawned_one_does_not():
     ones import the course afresh and see the reference (which is why every graded test
     calls the answer in the kernel itself first)."""
     if "fork" in multiprocessing.get_all_start_methods():
-        with hidden("feedgpu.testing:overlap_model"):
+        with hidden("feedgpu.workflows.grading.testing:overlap_model"):
             with multiprocessing.get_context("fork").Pool(1) as pool:
                 with pytest.raises(ReferenceHidden, match="overlap_model"):
                     pool.apply(overlap_model, (0.1, 0.2, True))
-    with hidden("feedgpu.testing:overlap_model"):
+    with hidden("feedgpu.workflows.grading.testing:overlap_model"):
         with multiprocessing.get_context("spawn").Pool(1) as pool:
             assert pool.apply(overlap_model, (0.1, 0.2, True)) == pytest.approx(0.2)
 

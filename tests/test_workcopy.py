@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from feedgpu.workflows.workcopy import MANIFEST, main, update_work
+from feedgpu.workflows.course.workcopy import MANIFEST, main, update_work
 
 pytestmark = pytest.mark.unit
 
@@ -105,7 +105,7 @@ def test_every_link_of_the_release_to_a_course_page_resolves_in_the_working_copy
 
     import nbformat
 
-    from feedgpu.workflows.release import RELEASE
+    from feedgpu.workflows.course.release import RELEASE
 
     work = tmp_path / "work"
     update_work(RELEASE, work)

@@ -14,10 +14,10 @@
 
 From a shell: ``feedgpu-diagnose MODULE:FACTORY --step-ms 30`` (:mod:`.command`); for a
 script as it is, Lightning's included, ``feedgpu-diagnose run -- python train.py ARGS``
-(:mod:`.script`, with the hooks of :mod:`.script_hooks` in the script's process).
+(:mod:`~feedgpu.diagnosis.modes.script`, with the hooks of :mod:`~feedgpu.diagnosis.modes.script_hooks` in the script's process).
 
 **What it measures** (all within ``max_seconds``, on a seeded sample of batches, every
-worker stopped afterwards; see :mod:`.procedure` for the phases):
+worker stopped afterwards; see :mod:`~feedgpu.diagnosis.modes.live` for the phases):
 
 * the **data-wait share** (the loop's wall time spent inside ``next()``: torchtitan's
   ``data_loading(%)``) and the accelerator's **busy share**; the **verdict**
@@ -27,7 +27,7 @@ worker stopped afterwards; see :mod:`.procedure` for the phases):
   with its CPU share), the collate, the hand-over from a worker to the main process (both
   sides), pinning, and the step;
 * **how throughput scales** with ``num_workers`` around the current setting and beyond it,
-  with the course's model (:func:`feedgpu.model.steady_state_time_per_batch`) beside each
+  with the course's model (:func:`feedgpu.models.pipeline.steady_state_time_per_batch`) beside each
   point, each point predicted without its own measurement (leave one out); where the
   model misses its points it is corrected by them before it predicts or advises anything
   (:mod:`.fitting`), and the report says so with both figures;
@@ -65,7 +65,7 @@ and ``feedgpu-diagnose run``.
 **Every diagnosis can be replayed** from its JSON, without the loader:
 :func:`replay` (``feedgpu-diagnose --replay FILE [--step-ms X] [--cores N]``) recomputes
 the verdict, the causes and the predictions, and answers "what if my step, or my
-machine, were this?" (:mod:`.replaying`).
+machine, were this?" (:mod:`~feedgpu.diagnosis.modes.replay`).
 
 ``feedgpu.diagnose.watch`` is :func:`watch`, set as an attribute of the function.
 
@@ -84,8 +84,8 @@ from .command import main
 
 #: Each public name and the module it comes from (loaded on first use).
 _HOMES = {
-    "diagnose": ".procedure", "replay": ".replaying", "watch": ".watching", "Watch": ".watching",
-    "Diagnosis": ".report", "CAUSES": ".causes", "INPUT_BOUND_SHARE": ".causes", "clone_loader": ".cloning",
+    "diagnose": ".modes.live", "replay": ".modes.replay", "watch": ".modes.watch", "Watch": ".modes.watch",
+    "Diagnosis": ".report", "CAUSES": ".causes", "INPUT_BOUND_SHARE": ".evidence", "clone_loader": ".sensing.cloning",
 }
 
 __all__ = ["diagnose", "watch", "replay", "Watch", "Diagnosis", "CAUSES", "INPUT_BOUND_SHARE", "clone_loader", "main"]

@@ -14,7 +14,7 @@ cannot be imported, raises, or returns no DataLoader.
 
 ``run [--max-seconds S] [--no-try] [--json PATH] [--plot PATH] [--quiet] -- COMMAND``
 diagnoses the training loop of a script as it is, and runs it again with the setting to
-try first changed (:mod:`.script`).
+try first changed (:mod:`~feedgpu.diagnosis.modes.script`).
 
 ``--replay FILE`` recomputes a diagnosis from its ``--json`` file
 (:func:`feedgpu.diagnosis.replay`): no factory, no step, nothing measured; ``--step-ms``
@@ -24,12 +24,12 @@ and ``--cores`` then ask what the loop would do with that step, or on that machi
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..checks import OneLineParser, UsageError, import_named, one_line
+from ..base.cli import OneLineParser, UsageError, import_named, run_command
+from ..base.files import write_json_atomically
 
 __all__ = ["main", "UsageError", "build_loader"]
 
@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load(spec: str, what: str) -> Any:
-    """The object named by ``MODULE:ATTRIBUTE`` (:func:`feedgpu.checks.import_named`)."""
+    """The object named by ``MODULE:ATTRIBUTE`` (:func:`feedgpu.base.cli.import_named`)."""
     try:
         return import_named(spec, what)[0]
     except ValueError as err:
@@ -104,16 +104,11 @@ def _run_parser() -> argparse.ArgumentParser:
 def _answer(prog: str, compute: Any, stopped: str) -> int:
     """Run ``compute()`` (which returns the result and its arguments), print and write the
     result; exit 2 with a one-line reason for a :class:`UsageError`, 130 on Ctrl-C."""
-    try:
+    def body(_argv: list[str]) -> None:
         result, args = compute()
-    except UsageError as err:
-        print(f"{prog}: error: {one_line(err)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted ({stopped})", file=sys.stderr)
-        return 130
-    _write(result, args)
-    return 0
+        _write(result, args)
+
+    return run_command(prog, body, [], interrupted=f"interrupted ({stopped})")
 
 
 def _check_budget(max_seconds: float) -> None:
@@ -123,7 +118,7 @@ def _check_budget(max_seconds: float) -> None:
 
 def _run_script(argv: Sequence[str]) -> tuple[Any, argparse.Namespace]:
     """``feedgpu-diagnose run ... -- COMMAND``: the result and the arguments."""
-    from .script import ScriptError, diagnose_script
+    from .modes.script import ScriptError, diagnose_script
 
     args = _run_parser().parse_args(list(argv))
     _check_budget(args.max_seconds)
@@ -157,7 +152,7 @@ def _replay(args: argparse.Namespace) -> Any:
         raise UsageError("--replay takes no factory and no --step: it recomputes the diagnosis from its file")
     if args.cores is not None and not (1 <= args.cores < float("inf")):
         raise UsageError(f"--cores must be a finite number >= 1, got {args.cores}")
-    from .replaying import replay
+    from .modes.replay import replay
 
     try:
         return replay(args.replay, step_s=None if args.step_ms is None else args.step_ms / 1e3, cores=args.cores)
@@ -181,7 +176,7 @@ def _diagnose(args: argparse.Namespace) -> Any:
         step = _load(args.step, "--step")
         if not callable(step):
             raise UsageError(f"--step {args.step} is not callable: give a function that takes a batch")
-    from .procedure import diagnose
+    from .modes.live import diagnose
 
     try:
         return diagnose(loader, step, step_s=None if step is not None else args.step_ms / 1e3,
@@ -194,15 +189,14 @@ def _write(result: Any, args: argparse.Namespace) -> None:
     """Print the report; write its JSON and plot where asked."""
     print(result)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result.to_dict(), f, indent=2)
+        write_json_atomically(args.json, result.to_dict(), indent=2)
     if args.plot:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from ..plots import plot_diagnosis
+        from .plot import plot_diagnosis
 
         axes = plot_diagnosis(result)
         axes[0].figure.savefig(args.plot, bbox_inches="tight")

@@ -7,7 +7,7 @@ Every way of diagnosing ends here, with the same function of what was measured:
 * :meth:`feedgpu.diagnosis.Watch.report`, from inside a loop: evidence, no model;
 * :func:`feedgpu.diagnosis.replay`, from a diagnosis's JSON.
 
-:func:`conclude` takes the evidence (:class:`~.causes.Evidence`) and, where there is one,
+:func:`conclude` takes the evidence (:class:`~.evidence.Evidence`) and, where there is one,
 the model (:class:`Model`: the probes' costs, those of the fixes probed, and the measured
 points), and returns a :class:`Conclusion`: the causes named from the evidence, the verdict
 from the wait, the model checked against its own points and corrected where it misses
@@ -22,7 +22,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .causes import Evidence, Finding, find_causes, verdict_of
+from .causes import Finding, find_causes, verdict_of
+from .evidence import Evidence
 from .fitting import Check, apply_correction, check_model
 from .report import Diagnosis
 from .whatif import Costs, max_workers, predicted_tries

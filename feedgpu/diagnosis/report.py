@@ -24,7 +24,7 @@ Every input of the model, so that a diagnosis can be replayed without its loader
   fix where one was probed, and every repeated probe's readings with their spread and
   the torch threads they ran with;
 * ``"evidence"``: what the causes were named from
-  (:class:`~feedgpu.diagnosis.causes.Evidence`);
+  (:class:`~feedgpu.diagnosis.evidence.Evidence`);
 * ``"model_s_per_batch"``: the model's seconds per batch for every worker count from 0 to
   the largest it considers, keyed by the count as a string.
 """
@@ -38,8 +38,9 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .causes import (GROWTH_KB_PER_ITEM, GROWTH_MB, HAND_OVER_SHARE, INPUT_BOUND_SHARE, MODERATE_SHARE,
-                     START_UP_SHARE, Finding, band_of, ms, pct)
+from .causes import Finding, band_of
+from .evidence import (GROWTH_KB_PER_ITEM, GROWTH_MB, HAND_OVER_SHARE, INPUT_BOUND_SHARE, MODERATE_SHARE, START_UP_SHARE,
+                       ms, pct)
 
 __all__ = ["Diagnosis", "json_ready"]
 
@@ -73,11 +74,12 @@ class Diagnosis:
     Attributes:
         verdict, causes, data_wait_share, busy_share, try_first: the stable figures.
         findings: each cause with its sentence and advice.
-        explanation: the course's model in words (:func:`feedgpu.model.explain_bottleneck`).
+        explanation: the course's model in words (:func:`feedgpu.models.pipeline.explain_bottleneck`).
         breakdown: seconds per batch of each stage (None: not measured), and the measured
             ``s_per_batch`` and ``wait_s``.
         scaling: ``{"num_workers", "s_per_batch", "predicted_s_per_batch", "label"}`` per
-            setting run (``s_per_batch`` None where the budget ran out first).
+            setting run (``s_per_batch`` None where the budget ran out first); ``"what_if"``
+            is true on the row the what-if measured after choosing it (held out of the choice).
         memory: ``{"per_worker_mb", "items_per_worker", "kb_per_item",
             "projected_epoch_mb", "named", "reason"}`` (``reason`` says why not measured; the
             projection is said in words only where ``memory-growth`` was named: a worker's
@@ -254,7 +256,7 @@ class Diagnosis:
         try:
             from matplotlib.figure import Figure
 
-            from ..plots import plot_diagnosis
+            from .plot import plot_diagnosis
         except ImportError:  # pragma: no cover - the course always has matplotlib
             return None
         figure = Figure(figsize=(13, 3.4), layout="constrained")

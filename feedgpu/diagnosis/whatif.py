@@ -1,6 +1,6 @@
 """The setting to try first, and what the course's model predicts it buys.
 
-The model is :func:`feedgpu.model.steady_state_time_per_batch`, fed with what the
+The model is :func:`feedgpu.models.pipeline.steady_state_time_per_batch`, fed with what the
 diagnosis measured (:class:`Costs`): a batch's load time in one process, the step, both
 sides of the hand-over, pinning, and the cores. Two things are added to the course's
 formula, both measured on real machines where it fell short:
@@ -53,12 +53,12 @@ One setting per cause that a loader setting fixes:
   resource the workers share, which advises workers only up to its pace;
 * ``hand-over`` of pickled numpy arrays: ``collate_fn``, the user's collate wrapped so
   that arrays cross as tensors in shared memory
-  (:class:`~feedgpu.diagnosis.collate.SharedTensorCollate`);
+  (:class:`~feedgpu.diagnosis.handover_fix.SharedTensorCollate`);
 * ``worker-start-up``: ``persistent_workers=True``; the epoch then starts with one
   batch's load time instead of the measured start-up;
 * ``thread-oversubscription``: ``worker_init_fn``, the loader's own wrapped so that every
   thread pool of a worker keeps one thread
-  (:class:`~feedgpu.diagnosis.threads.OneThreadPerPool`). The prediction is the measured
+  (:class:`~feedgpu.diagnosis.sensing.threads.OneThreadPerPool`). The prediction is the measured
   pace over the model's with the items timed on one thread per pool (``thread_costs``):
   the oversubscribed pace is measured, what the items cost without it is timed.
 
@@ -72,7 +72,7 @@ import math
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from ..model import BALANCE_TOLERANCE, explain_bottleneck, steady_state_time_per_batch
+from ..models.pipeline import BALANCE_TOLERANCE, explain_bottleneck, steady_state_time_per_batch
 
 __all__ = ["Costs", "MAX_WORKERS", "HEADROOM", "BAND", "choose_workers", "epoch_speedup", "max_workers",
            "shared_resource_s"]
@@ -227,7 +227,7 @@ class Costs:
         return {str(w): self.s_per_batch(w) for w in range(top + 1)}
 
     def explain(self, num_workers: int) -> str:
-        """The model in words: :func:`feedgpu.model.explain_bottleneck`, or, where the cores
+        """The model in words: :func:`feedgpu.models.pipeline.explain_bottleneck`, or, where the cores
         set the pace (which that function leaves out), a sentence saying so."""
         pace = self.s_per_batch(num_workers)
         floor = self.floor_s()

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import psutil
 
-from ..checks import check_int, check_seconds
+from ..base.checks import check_int, check_seconds
 
 __all__ = [
     "LaunchError",
@@ -103,7 +103,7 @@ def launch_time_limit_s(reimporting_workers: int = 0, *, base_s: float = LAUNCH_
 
     Raises:
         ValueError: a negative or fractional number of workers, or ``base_s`` negative or
-            not finite (:mod:`feedgpu.checks`).
+            not finite (:mod:`feedgpu.base.checks`).
     """
     return check_seconds("base_s", base_s) + REIMPORT_S * check_int("reimporting_workers", reimporting_workers)
 

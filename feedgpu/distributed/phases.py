@@ -47,7 +47,8 @@ from .launch import (
     run_torchrun,
     worker_start_method,
 )
-from .seen import read_ranks, read_seen, write_json_atomically
+from ..base.files import write_atomically, write_json_atomically
+from .seen import read_ranks, read_seen
 
 __all__ = ["PhaseRunner", "PhasesRun", "write_plan", "function_module", "phase_status", "main"]
 
@@ -147,9 +148,7 @@ def function_module(folder: str | os.PathLike, functions: Sequence[Callable],
     name = f"{prefix}_{hashlib.sha256(text.encode()).hexdigest()[:10]}"
     path = Path(folder) / f"{name}.py"
     if not path.is_file():
-        tmp = path.with_suffix(".py.tmp")  # then renamed: a rank never imports half a file
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_atomically(path, text)  # a rank never imports half a file
     return name
 
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["rank_path", "write_json_atomically", "write_rank", "read_ranks", "read_seen"]
+from ..base.files import write_json_atomically
+
+__all__ = ["rank_path", "write_rank", "read_ranks", "read_seen"]
 
 COLUMNS = ["rank", "epoch", "position", "sample_id", "worker"]
 
@@ -34,23 +35,6 @@ COLUMNS = ["rank", "epoch", "position", "sample_id", "worker"]
 def rank_path(outdir: str | os.PathLike, rank: int) -> Path:
     """Where ``rank`` writes its record in ``outdir``."""
     return Path(outdir) / f"rank-{rank}.json"
-
-
-def write_json_atomically(path: Path, obj: object) -> None:
-    """Write ``obj`` as JSON to ``path``: a reader sees the old file or the new one, never half.
-
-    The text goes to a temporary file in the same folder (the same file system, so the
-    rename is atomic), then replaces ``path``.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_rank(outdir: str | os.PathLike, record: dict) -> Path:

@@ -28,28 +28,11 @@ import platform
 import sys
 from typing import Any
 
+from ..base.processes import usable_cores
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["describe_machine", "print_machine", "machine_notes", "usable_cores", "start_method", "total_memory_mb"]
-
-
-def usable_cores() -> int:
-    """The number of cores this process may run on (at least 1).
-
-    ``os.process_cpu_count()`` (Python 3.13+) or ``len(os.sched_getaffinity(0))`` (Linux)
-    where available, else ``os.cpu_count()``.
-    """
-    count = getattr(os, "process_cpu_count", None)
-    if count is not None:
-        n = count()
-        if n:
-            return int(n)
-    if hasattr(os, "sched_getaffinity"):
-        try:
-            return max(1, len(os.sched_getaffinity(0)))
-        except OSError as err:  # some sandboxes refuse the call
-            logger.debug("sched_getaffinity failed: %s", err)
-    return os.cpu_count() or 1
 
 
 def start_method() -> str:

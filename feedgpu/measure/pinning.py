@@ -52,10 +52,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ..checks import check_int
-from ..copies import (PINNING_FROM, PINNING_SPREAD, STRATEGIES, CopyCosts, CostFit, batch_sized, fit_linear_cost,
+from ..base.checks import check_int
+from ..models.copies import (PINNING_FROM, PINNING_SPREAD, STRATEGIES, CopyCosts, CostFit, batch_sized, fit_linear_cost,
                       pageable_range, spread_range)
-from ..simdevice import TimingReadings
+from ..models.device import TimingReadings
 from .machine import usable_cores
 
 __all__ = [
@@ -328,7 +328,7 @@ def measure_copy_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, pinned: 
 
     Returns:
         ``[(nbytes, seconds), ...]`` in the order of ``sizes_bytes``, ready for
-        :func:`feedgpu.copies.fit_linear_cost`.
+        :func:`feedgpu.models.copies.fit_linear_cost`.
 
     Raises:
         NoCudaError: no CUDA GPU. ValueError: bad ``repeats`` or ``warmup``.
@@ -344,7 +344,7 @@ def _medians(readings: Sequence[tuple[int, list[float]]]) -> list[tuple[int, flo
 def measure_copy_readings(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, pinned: bool, repeats: int = 5,
                           warmup: int = 2) -> list[tuple[int, list[float]]]:
     """:func:`measure_copy_seconds` with every timed reading kept: ``[(nbytes, [seconds, ...]), ...]``
-    (what a range is made of, :func:`feedgpu.copies.pageable_range`)."""
+    (what a range is made of, :func:`feedgpu.models.copies.pageable_range`)."""
     _require_cuda("measure_copy_readings")
     _check_repeats(repeats, warmup)
     results = []
@@ -381,7 +381,7 @@ def measure_loop_copy_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, pin
     """Host-to-device copy time per size, measured inside a copy-then-compute loop.
 
     A copy costs more in a training loop than alone when it is pageable (the host stages
-    it; see :attr:`feedgpu.copies.CopyCosts.pageable_in_loop`). So each copy here runs as
+    it; see :attr:`feedgpu.models.copies.CopyCosts.pageable_in_loop`). So each copy here runs as
     in :func:`measure_training`'s plain loop, on the current stream: the previous step's
     compute (:func:`measure_compute_s`'s kernels) is enqueued, then the copy is issued
     right after it and waits for those kernels, as a loop's copy does. Only the copy is
@@ -400,7 +400,7 @@ def measure_loop_copy_seconds(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, pin
 
     Returns:
         ``[(nbytes, seconds), ...]`` in the order of ``sizes_bytes``, ready for
-        :func:`feedgpu.copies.fit_linear_cost`.
+        :func:`feedgpu.models.copies.fit_linear_cost`.
 
     Raises:
         NoCudaError: no CUDA GPU. ValueError: bad ``repeats``, ``warmup`` or ``sources``.
@@ -578,7 +578,7 @@ class CostMeasurement:
     """What :func:`measure_copy_costs` measured and fitted.
 
     Attributes:
-        costs: the fitted model, ready for :func:`feedgpu.copies.predict_strategies`.
+        costs: the fitted model, ready for :func:`feedgpu.models.copies.predict_strategies`.
         fits: ``"pageable"``, ``"pinned"``, ``"pinning"`` and ``"pageable_in_loop"``: each
             :class:`CostFit`, which keeps the measured points and the residuals.
     """
@@ -591,12 +591,12 @@ def measure_copy_costs(sizes_bytes: Sequence[int] = DEFAULT_SIZES, *, repeats: i
                        warmup: int = 2) -> CostMeasurement:
     """Measure pageable copies, pinned copies and pinning over ``sizes_bytes``, and pageable
     copies inside a copy-then-compute loop (:func:`measure_loop_copy_seconds`); fit each
-    with :func:`feedgpu.copies.fit_linear_cost` (the copies in a loop over the batch-sized
-    ones only: :func:`feedgpu.copies.batch_sized`), and measure ``sync_s``.
+    with :func:`feedgpu.models.copies.fit_linear_cost` (the copies in a loop over the batch-sized
+    ones only: :func:`feedgpu.models.copies.batch_sized`), and measure ``sync_s``.
 
     Returns:
         A :class:`CostMeasurement` whose ``costs`` carry the in-loop fit as
-        ``pageable_in_loop`` (what :meth:`feedgpu.copies.CopyCosts.loop_copy_s` uses).
+        ``pageable_in_loop`` (what :meth:`feedgpu.models.copies.CopyCosts.loop_copy_s` uses).
 
     Raises:
         NoCudaError: no CUDA GPU.
@@ -668,7 +668,7 @@ def measure_copy_table(sizes_bytes: Sequence[int] = RECORD_SIZES, *, repeats: in
     * ``h2d_pageable_loops``: ``loops`` such loops of ``sources`` copies, each loop from
       sources made for it (fresh pages), one reading per loop (its mean copy): how far a
       pageable loop moves from one run to the next (the range of
-      :func:`feedgpu.copies.pageable_range`; a folder recorded before has none);
+      :func:`feedgpu.models.copies.pageable_range`; a folder recorded before has none);
     * ``h2d_pinned``: host to device from pinned memory, ``non_blocking=True`` (CUDA events);
     * ``d2h_pinned``: device to host into pinned memory, ``non_blocking=True`` (CUDA events);
     * ``pin_memory_1thread``: ``tensor.pin_memory()`` with ``torch.set_num_threads(1)``, as
@@ -756,12 +756,12 @@ def _strategy_runner(strategy: str, tensors: list[torch.Tensor]) -> Callable[[],
 
 def measure_strategies(n_tensors: int, tensor_bytes: int, *, repeats: int = 5,
                        warmup: int = 2) -> dict[str, float]:
-    """Host seconds of each of :data:`feedgpu.copies.STRATEGIES`, as the tutorial times them.
+    """Host seconds of each of :data:`feedgpu.models.copies.STRATEGIES`, as the tutorial times them.
 
     ``n_tensors`` tensors of ``tensor_bytes`` each, pageable (and a pinned copy of them for
     the ``pinned`` strategies), are sent with the strategy's code; the clock starts on an
     idle device and stops after a final synchronisation. Median of ``repeats`` after
-    ``warmup`` untimed runs. Compare with :func:`feedgpu.copies.predict_strategies`.
+    ``warmup`` untimed runs. Compare with :func:`feedgpu.models.copies.predict_strategies`.
 
     Raises:
         NoCudaError: no CUDA GPU. ValueError: bad counts.
@@ -844,7 +844,7 @@ def measure_training(n_batches: int, batch_bytes: int, *, pinned: bool = False,
                      matrix_size: int = 2048, matmuls: int = 4) -> float:
     """Host seconds of a real loop of ``n_batches``: copy a batch to the GPU, compute on it.
 
-    The same loop as :func:`feedgpu.simdevice.simulate_training`, with the same options:
+    The same loop as :func:`feedgpu.models.device.simulate_training`, with the same options:
 
     * ``pinned``: the host batch is pinned (as ``DataLoader(pin_memory=True)`` delivers it);
     * ``non_blocking``: ``.to("cuda", non_blocking=True)``;

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-from ..checks import check_choice, check_int
+from ..base.checks import check_choice, check_int
 from ..workloads.lfw import DECODERS, read_bytes
 
 __all__ = [

@@ -34,7 +34,8 @@ from typing import Any, Union
 
 import torch
 
-from ..checks import check_int, check_seconds
+from ..base.checks import check_int, check_seconds
+from ..base.processes import shutdown_workers
 
 __all__ = [
     "LoaderTiming",
@@ -231,40 +232,6 @@ def seconds_per_item(dataset: Any, items: int = 8) -> float:
     indices = iter(range(min(items, n)))
     return median_seconds(lambda: dataset[next(indices)], min(items, n))
 
-
-def shutdown_workers(iterator_or_loader: Any) -> None:
-    """Stop the worker processes behind a DataLoader iterator (or a loader's persistent one).
-
-    Dropping the last reference to an iterator normally stops its workers, but a
-    reference kept alive by a traceback (an exception in a notebook) can keep them
-    running. This stops them now. Single-process iterators and loaders without
-    persistent workers are left as they are.
-
-    Args:
-        iterator_or_loader: a DataLoader iterator, or a DataLoader whose
-            ``persistent_workers`` iterator should be stopped and forgotten.
-    """
-    target = iterator_or_loader
-    is_loader = hasattr(target, "_get_iterator")
-    if is_loader:  # a DataLoader: its persistent iterator, if any
-        target = getattr(target, "_iterator", None)
-    # ``_shutdown_workers`` is private, but it is the only way to stop workers now,
-    # and it is safe to call twice.
-    stop = getattr(target, "_shutdown_workers", None)
-    if callable(stop):
-        try:
-            stop()
-        except RuntimeError as err:
-            if "killed by signal" not in str(err) and "exited unexpectedly" not in str(err):
-                raise
-            # A worker started with *spawn* exits through Python's shutdown (fork's exit
-            # skips it); when its queue's feeder thread is still sending a tensor then, the
-            # worker can abort (SIGABRT) on its way out, and PyTorch reports that while it
-            # waits for the worker. The pass was over and nothing is lost: the rest of the
-            # shutdown (PyTorch's ``finally``) has run.
-            logger.debug("a worker died while it was stopped: %s", err)
-    if is_loader and target is not None:
-        iterator_or_loader._iterator = None
 
 
 def _run_repeat(

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..checks import check_choice, check_int, check_seconds
+from ..base.checks import check_choice, check_int, check_seconds
 from .timing import median_seconds, shutdown_workers
 
 __all__ = [
@@ -133,7 +133,7 @@ def transfer_time_per_batch(
     training step long enough for the worker to finish the next batch. What ``next()``
     still costs then is the transfer the main process itself pays: reading the pipe and
     unpickling (numpy), or mapping shared memory (tensors). That is the ``transfer_s``
-    of :func:`feedgpu.model.steady_state_time_per_batch` on the main process's side.
+    of :func:`feedgpu.models.pipeline.steady_state_time_per_batch` on the main process's side.
 
     Args:
         make_batch: the batch to send, or a zero-argument callable that builds one in
@@ -220,7 +220,7 @@ def shared_memory_write_s(shape: Sequence[int], dtype: torch.dtype = torch.float
     memory. Both pay for the bytes; the shared segment also costs its creation and the
     first touch of every page, which private memory often gets from pages the process
     already holds. This is the hand-over cost ``transfer_s`` of
-    :func:`feedgpu.model.steady_state_time_per_batch` for a batch of tensors, measured in
+    :func:`feedgpu.models.pipeline.steady_state_time_per_batch` for a batch of tensors, measured in
     this process on this thread: the median over ``repeats`` of filling a fresh shared
     tensor, minus the median of filling a fresh private one (never below 0).
 
@@ -273,7 +273,7 @@ def shared_memory_handover_s(shape: Sequence[int], dtype: torch.dtype = torch.fl
       this shape (:func:`transfer_time_per_batch`) plus freeing a filled shared tensor.
 
     These are ``transfer_s`` and ``receive_s`` of
-    :func:`feedgpu.model.steady_state_time_per_batch`.
+    :func:`feedgpu.models.pipeline.steady_state_time_per_batch`.
 
     Raises:
         ValueError: if ``repeats`` is below 1 or a dimension is negative or not whole.

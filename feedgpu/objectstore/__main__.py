@@ -7,6 +7,7 @@ import signal
 import sys
 import time
 
+from ..base.cli import OneLineParser, UsageError, run_command
 from .filling import IMAGES_PER_SHARD, fill_from_tree, pack_shards
 from .server import DUMMY_CREDENTIALS, REGION, ObjectStore
 
@@ -24,7 +25,7 @@ or: from feedgpu.objectstore import make_client; s3 = make_client("{endpoint}")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m feedgpu.objectstore",
         description="Serve an LFW tree from a local S3-compatible object store (moto) with injected "
                     "latency (and its tail), bandwidth, concurrency and request-rate limits and failures, "
@@ -60,6 +61,10 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_command("", _main, argv)
+
+
+def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
@@ -84,8 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         store.start()
     except OSError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        raise UsageError(str(e)) from None
     # filled at full speed first; the injected costs apply once the data is in
     with store:
         client = store.client()

@@ -1,15 +1,16 @@
-"""The course's workflows behind the Makefile, each with a console command.
+"""The course's workflows behind the Makefile, by audience, each with its console commands.
 
-* :mod:`~feedgpu.workflows.release` (``feedgpu-release``): the student release from the solutions;
-* :mod:`~feedgpu.workflows.grade` (``feedgpu-grade``): grade a class with nbgrader, on
-  :mod:`~feedgpu.workflows.cluster` (a Dask cluster: local workers or your machines), using
-  :mod:`~feedgpu.workflows.inspection` (look at a submission before grading it) and
-  :mod:`~feedgpu.workflows.sandbox` (run it with limits, leave no process behind);
-* :mod:`~feedgpu.workflows.check` (``feedgpu-check``): a learner grades their own notebook
-  with the same pipeline, in a scratch gradebook;
-* :mod:`~feedgpu.workflows.site` (``feedgpu-site``): the reference run as a static site;
-* :mod:`~feedgpu.workflows.bench` (``feedgpu-bench``): the course's figures;
-* :mod:`~feedgpu.workflows.record` (``feedgpu-record``): a GPU machine's readings folder (:mod:`feedgpu.readings`).
+* :mod:`.course`: the student's course: the release (``feedgpu-release``), the working
+  copy, the check of one's own notebook (``feedgpu-check``), the site (``feedgpu-site``)
+  and study time;
+* :mod:`.grading`: grading, apart from the course: one submission, and a class on Dask
+  (``feedgpu-grade``), with the inspection, the sandbox and the test cells' helpers;
+* :mod:`.bench`: the course's figures (``feedgpu-bench``), the recorder of a GPU
+  machine's readings folder (``feedgpu-record``, :mod:`feedgpu.readings`) and the planted
+  loaders the diagnosis is checked on.
+
+Grading imports nothing of the course's workflows but the release it grades; the course
+uses grading (the check is a grading of one notebook); the bench may use both.
 """
 
 from pathlib import Path

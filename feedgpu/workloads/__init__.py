@@ -9,7 +9,7 @@ whose cost we chose and check ratios against that cost. Workers started with *sp
 * :mod:`~feedgpu.workloads.arrays`: numpy items of a chosen shape and dtype (the sleeping
   :class:`SleepArrayDataset`, a :class:`SleepDataset`), and their collates;
 * :mod:`~feedgpu.workloads.lfw`: the faces with a tensor decode path, and random augmentation;
-* :mod:`~feedgpu.workloads.planted`: loaders with one planted cause each (and a healthy one),
+* :mod:`~feedgpu.workflows.bench.planted`: loaders with one planted cause each (and a healthy one),
   for :func:`feedgpu.diagnose` and its tests.
 """
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from ..checks import check_int, check_number
+from ..base.checks import check_int, check_number
 from .cost import SleepDataset, make_array
 
 __all__ = [
@@ -69,7 +69,7 @@ class SleepArrayDataset(SleepDataset):
         dtype: dtype of each item (the question's ``np.random.random`` gives float64).
         jitter: coefficient of variation of the sleep (0 = always ``seconds_per_item``).
             Sleeps follow a gamma distribution (see
-            :func:`feedgpu.model.draw_load_times`), drawn from a generator seeded by
+            :func:`feedgpu.models.pipeline.draw_load_times`), drawn from a generator seeded by
             ``seed`` and the index, so item ``i`` sleeps the same in every run and in
             every worker.
         seed: seed for the jittered sleeps (any integer).

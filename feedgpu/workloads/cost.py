@@ -53,7 +53,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from ..checks import check_int, check_seconds
+from ..base.checks import check_int, check_seconds
+from ..base.spin import spin_cpu
 
 __all__ = [
     "spin_cpu",
@@ -73,31 +74,6 @@ __all__ = [
 
 
 logger = logging.getLogger(__name__)
-
-
-def spin_cpu(seconds: float) -> None:
-    """Keep the calling thread busy until it has used ``seconds`` of CPU time.
-
-    The cost is counted in CPU time of this thread (``time.thread_time``), not wall-clock
-    time, so it is a fixed amount of *work*: when more threads or processes than cores
-    compete, each spin takes longer on the wall clock, as real decoding would.
-
-    Args:
-        seconds: CPU seconds to burn; 0 returns at once.
-
-    Raises:
-        ValueError: if ``seconds`` is negative, nan or infinite.
-        TypeError: if ``seconds`` is not a number.
-
-    Note:
-        On Windows the thread clock ticks about every 15.6 ms, so spins shorter than
-        that are rounded up to a tick there.
-    """
-    deadline = time.thread_time() + check_seconds("seconds", seconds)
-    x = 0
-    while time.thread_time() < deadline:
-        for _ in range(200):  # a little arithmetic between clock reads
-            x = (x * 1103515245 + 12345) & 0x7FFFFFFF
 
 
 def make_array(index: int, shape: Sequence[int], dtype: Any = "float64") -> np.ndarray:

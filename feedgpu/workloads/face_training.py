@@ -2,7 +2,7 @@
 
 The loop trains :class:`TinyFaceClassifier` on the people with many images (the seven of
 scikit-learn's ``fetch_lfw_people(min_faces_per_person=70)`` in the real LFW) on an
-:class:`~feedgpu.accelerator.AsyncAccelerator`. Its items cost what a real pipeline's
+:class:`~feedgpu.models.accelerator.AsyncAccelerator`. Its items cost what a real pipeline's
 do: a wait for storage (:data:`WAIT_S` per item), the decode of a real JPEG, a crop to
 the face's landmarks, a resize and a random flip; each process also "opens the index"
 once (:data:`OPEN_S`, like a database or a shard list) before its first item.
@@ -43,8 +43,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 import lfw_dataset
 
-from ..accelerator import AsyncAccelerator, fingerprint
-from ..checks import check_choice, check_int, check_seconds
+from ..models.accelerator import AsyncAccelerator, fingerprint
+from ..base.checks import check_choice, check_int, check_seconds
 
 __all__ = [
     "STEP_S", "BATCH_SIZE", "IMAGE_SIZE", "WAIT_S", "ITEM_CPU_S", "OPEN_S", "MIN_IMAGES", "SEED",
@@ -346,7 +346,7 @@ def run_epochs(loader: Any, train_epoch: Callable[..., Any], device: AsyncAccele
     Returns:
         one dict per epoch: ``wall_s``, ``steps``, ``syncs`` (asked by the loop, the final
         wait excluded), ``busy_share``, ``waiting_share``, ``other_share``, ``logged``
-        (what the loop returned) and ``breakdown`` (:class:`~feedgpu.accelerator.Breakdown`).
+        (what the loop returned) and ``breakdown`` (:class:`~feedgpu.models.accelerator.Breakdown`).
     """
     rows = []
     for _ in range(check_int("epochs", epochs, minimum=1)):
@@ -402,7 +402,7 @@ class Keeping:
 
 def expected_fingerprints(records: Sequence[Mapping[str, Any]], ids: Sequence[int],
                           flips: Sequence[bool]) -> np.ndarray:
-    """The :func:`~feedgpu.accelerator.fingerprint` of its normalised float32 input that
+    """The :func:`~feedgpu.models.accelerator.fingerprint` of its normalised float32 input that
     sample ``ids[k]``, flipped if ``flips[k]``, should reach the accelerator with."""
     out = np.empty(len(ids))
     for k, (i, flip) in enumerate(zip(ids, flips)):

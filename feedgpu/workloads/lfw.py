@@ -33,8 +33,8 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 import lfw_dataset
 
-from ..checks import check_choice, check_int
-from ..measure.timing import shutdown_workers
+from ..base.checks import check_choice, check_int
+from ..base.processes import shutdown_workers
 
 __all__ = [
     "read_bytes",

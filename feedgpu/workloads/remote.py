@@ -33,7 +33,6 @@ The fetchers work anywhere, in a worker or in the main process:
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -44,7 +43,8 @@ from typing import Any, TypeVar
 
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from ..checks import check_int, check_seconds
+from ..base.checks import check_int, check_seconds
+from ..base.files import write_atomically
 
 __all__ = [
     "RETRYABLE_CODES",
@@ -297,19 +297,6 @@ def fetch_objects(client: Any, bucket: str, keys: Sequence[str], threads: int = 
     return FetchReport(keys, data, errors, time.perf_counter() - start)
 
 
-def _write_bytes_atomically(path: Path, data: bytes) -> None:
-    """A reader (another worker) sees the whole file or none: write aside, then rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _local_path(root: Path, key: str) -> Path:
     """Where ``key`` lives under ``root``; refuses keys that would leave it."""
     path = (root / key).resolve()
@@ -341,7 +328,7 @@ def download_objects(endpoint_url: str, bucket: str, keys: Sequence[str], dest: 
 
     def one(key: str) -> Path:
         path = _local_path(root, key)
-        _write_bytes_atomically(path, _get_bytes(client, bucket, key))
+        write_atomically(path, _get_bytes(client, bucket, key))
         return path
 
     try:
@@ -504,7 +491,7 @@ class CachedS3Dataset(ThreadedS3Dataset):
             return path.read_bytes()
         except FileNotFoundError:
             data = super().fetch(key)
-            _write_bytes_atomically(path, data)
+            write_atomically(path, data)
             return data
 
     def cached(self) -> int:

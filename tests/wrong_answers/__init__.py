@@ -10,7 +10,7 @@ One module per notebook, ``nb<assignment>.py`` (``nb05_pinned_memory.py`` for
   (each must pass: the failure was the wrong answer's). Every graded test cell of every
   solution notebook must be named by at least one wrong answer: a test no plausible
   mistake fails proves nothing, and earns no points.
-* ``DELEGATIONS``: each answer with references in :data:`feedgpu.testing.REFERENCES`,
+* ``DELEGATIONS``: each answer with references in :data:`feedgpu.workflows.grading.testing.REFERENCES`,
   handed in as a call of one of them, in a way a student could write it (an import under
   the answer's name, a module attribute, a default argument, a subclass, a wrapper).
   Each must fail every one of the answer's tests, because the references are hidden

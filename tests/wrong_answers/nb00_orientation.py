@@ -3,9 +3,9 @@
 from wrong_answers import wrong
 
 DELEGATIONS = {
-    "time_per_step": "from feedgpu.testing import overlap_model as time_per_step",
+    "time_per_step": "from feedgpu.workflows.grading.testing import overlap_model as time_per_step",
     "epoch_time": """
-        from feedgpu.model import simulate
+        from feedgpu.models.pipeline import simulate
 
 
         def epoch_time(n_steps, load_s, step_s, overlapped):

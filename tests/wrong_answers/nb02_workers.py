@@ -12,7 +12,7 @@ from wrong_answers import wrong
 
 DELEGATIONS = {
     "predict_speedup": """
-        from feedgpu.cores import model_speedup as predict_speedup
+        from feedgpu.models.cores import model_speedup as predict_speedup
     """,
     "measure": """
         def measure(loader, batches, warmup=2, repeats=3):

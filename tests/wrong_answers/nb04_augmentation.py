@@ -12,7 +12,7 @@ from wrong_answers import wrong
 
 DELEGATIONS = {
     "expected_speedup": """
-        from feedgpu.model import steady_state_time_per_batch
+        from feedgpu.models.pipeline import steady_state_time_per_batch
 
 
         def expected_speedup(per_item_s, overhead_s, workers, cores):

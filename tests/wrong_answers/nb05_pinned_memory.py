@@ -8,7 +8,7 @@ DELEGATIONS = {
             return LinearCost(latency_s, bytes_per_s).time_s(nbytes)
     """,
     "fit_transfer": """
-        from feedgpu.copies import fit_linear_cost
+        from feedgpu.models.copies import fit_linear_cost
 
 
         def fit_transfer(nbytes, seconds):

@@ -3,7 +3,7 @@
 from wrong_answers import wrong
 
 DELEGATIONS = {
-    "predicted_items_per_s": "from feedgpu.remote_model import predicted_items_per_s",
+    "predicted_items_per_s": "from feedgpu.models.remote_storage import predicted_items_per_s",
     "fetch_all": """
         import feedgpu.workloads.remote as remote
 

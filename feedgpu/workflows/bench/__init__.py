@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ...base.cli import run_command
+from ...base.files import write_json_atomically
 from .. import COURSE_ROOT as ROOT
 
 Figure = dict  # {"name", "value", "unit", "note"}
@@ -226,7 +228,7 @@ def bench_model(load_item_s: float = 0.001, items: int = 32, step_s: float = 0.0
     """
     from torch.utils.data import DataLoader
 
-    from feedgpu.model import steady_state_time_per_batch
+    from feedgpu.models.pipeline import steady_state_time_per_batch
     from feedgpu.measure.timing import time_loader
     from feedgpu.workloads import SleepDataset
 
@@ -347,7 +349,11 @@ def print_table(figures: list[Figure]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    return run_command("feedgpu-bench", _main, argv, interrupted="interrupted: build/bench.json is as it was")
+
+
+def _main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="feedgpu-bench", description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "bench.json")
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHES | EXTRA), help="run only these")
     parser.add_argument("--readings", metavar="FOLDER",
@@ -374,13 +380,10 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError):
             earlier = []
         figures = [f for f in earlier if f.get("bench") not in args.only] + figures
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.output.with_suffix(".tmp")
     record = {"machine": machine(), "figures": figures, "failed": failed}
     if args.readings is not None:
         record["readings"] = args.readings  # the gpu figures are that recorded machine's, not this one's
-    tmp.write_text(json.dumps(record, indent=2))
-    tmp.replace(args.output)
+    write_json_atomically(args.output, record, indent=2)
     print(f"written to {args.output}")
     for line in failed:
         print(f"FAILED {line}", file=sys.stderr)

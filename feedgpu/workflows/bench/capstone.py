@@ -1,7 +1,7 @@
 """The capstone (notebook 09): how busy the simulated accelerator is before and after the fixes.
 
 The face-training loop of :mod:`feedgpu.workloads.face_training` on an
-:class:`~feedgpu.accelerator.AsyncAccelerator` with its 30 ms step, all in one run:
+:class:`~feedgpu.models.accelerator.AsyncAccelerator` with its 30 ms step, all in one run:
 
 * the slow loop (``slow_loader`` + ``slow_train_epoch``, all seven planted bottlenecks),
   over its first :data:`SLOW_STEPS` steps (after the first, which also opens the index,
@@ -41,7 +41,7 @@ def _fixed_epochs(train: list, classes: int, context: str | None) -> tuple[list[
     The loader keeps its persistent workers until it is collected: the caller drops it."""
     import torch
 
-    from feedgpu.accelerator import AsyncAccelerator
+    from feedgpu.models.accelerator import AsyncAccelerator
     from feedgpu.workloads import face_training as ft
 
     torch.manual_seed(ft.SEED)  # the same initial model every run: the accuracy is comparable
@@ -59,7 +59,7 @@ def bench_capstone() -> list[Figure]:
     """Busy share of the slow loop and of the fixed one (fork and spawn), and the stall-free bound."""
     import numpy as np
 
-    from feedgpu.accelerator import AsyncAccelerator
+    from feedgpu.models.accelerator import AsyncAccelerator
     from feedgpu.workloads import face_training as ft
 
     records = ft.face_records()

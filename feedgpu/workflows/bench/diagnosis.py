@@ -1,7 +1,7 @@
 """The take-home diagnosis (``feedgpu.diagnose``): its what-ifs against its predictions, and its cost.
 
-* For each planted loader with a fix to try, and those whose cause is new (named, nothing to try) (:data:`feedgpu.workloads.planted.PLANTED`),
-  and each loader whose workers share one resource (:data:`~feedgpu.workloads.planted.SHARED`):
+* For each planted loader with a fix to try, and those whose cause is new (named, nothing to try) (:data:`feedgpu.workflows.bench.planted.PLANTED`),
+  and each loader whose workers share one resource (:data:`~feedgpu.workflows.bench.planted.SHARED`):
   whether the planted cause was named, the model's predicted speed-up of the setting
   tried, the measured one, and measured / predicted (budget: 0.75 to 1.25); the lowest
   and the highest measured / predicted seconds per batch over the worker counts it
@@ -35,7 +35,7 @@ def _loop_s(loader, step_s: float, how: str) -> float:
     ``"plain"``, under ``"watch"`` (:func:`feedgpu.diagnose.watch`) or timed as
     ``feedgpu-diagnose run`` times a script's loop (``"script"``)."""
     from feedgpu.diagnosis import watch
-    from feedgpu.diagnosis.script_hooks import timed_iterator
+    from feedgpu.diagnosis.modes.script_hooks import timed_iterator
 
     source = {"plain": lambda: loader, "watch": lambda: watch(loader), "script": lambda: timed_iterator(loader)}[how]()
     count = 0
@@ -64,7 +64,7 @@ def bench_scripts() -> list[Figure]:
     script's own second run."""
     from pathlib import Path
 
-    from feedgpu.diagnosis.script import ScriptError, diagnose_script
+    from feedgpu.diagnosis.modes.script import ScriptError, diagnose_script
 
     folder = Path(__file__).resolve().parents[3] / "tests" / "scripts"
     out = []
@@ -94,7 +94,7 @@ def bench_scripts() -> list[Figure]:
 def bench_diagnosis() -> list[Figure]:
     """Measured / predicted speed-up of each planted what-if; the overhead of watch()."""
     from feedgpu.diagnosis import diagnose
-    from feedgpu.workloads.planted import PLANTED, SHARED
+    from feedgpu.workflows.bench.planted import PLANTED, SHARED
 
     out = []
     cases = {**PLANTED, **{name: case for name, case in SHARED.items() if case not in PLANTED.values()}}

@@ -11,11 +11,11 @@ Runs only where CUDA is available; elsewhere it returns one figure, ``gpu availa
   allocator's new page-locked memory against its reused blocks);
 * a training loop of copies and compute: plain, against pinned + ``non_blocking`` with the
   next batch's copy issued on a side stream (the overlap); and the copy model's
-  prediction of both (:func:`feedgpu.copies.training_loop_s`, with a copy as a loop pays
-  it: :attr:`feedgpu.copies.CopyCosts.pageable_in_loop`) as a ratio to the measurement.
+  prediction of both (:func:`feedgpu.models.copies.training_loop_s`, with a copy as a loop pays
+  it: :attr:`feedgpu.models.copies.CopyCosts.pageable_in_loop`) as a ratio to the measurement.
   The pinned loop's is a point, expected within 25%; the plain loop's copies are pageable,
   which vary from run to run, so its note says whether the measurement fell inside the
-  range the model predicts (:func:`feedgpu.copies.training_loop_range_s`: the fastest and
+  range the model predicts (:func:`feedgpu.models.copies.training_loop_range_s`: the fastest and
   the slowest pageable copies of the machine's readings) and gives the range
   (``tests/test_pinning.py`` checks the simulated loops against a GPU the same way;
   ``tests/test_readings.py`` replays the recorded machines, each on its own readings and
@@ -82,7 +82,7 @@ def _replayed(name: str, sizes: str) -> list[Figure]:
 
 def _figures(device: str, costs, first_pin_ratio: float | None, compute_s: float, plain: float, overlapped: float,
              sizes: str, recorded: str, first_pin_emptied: bool = True) -> list[Figure]:
-    from feedgpu.copies import range_note, training_loop_range_s, training_loop_s
+    from feedgpu.models.copies import range_note, training_loop_range_s, training_loop_s
 
     model_plain = training_loop_s(N_BATCHES, costs.loop_copy_s(BATCH_BYTES, pinned=False), compute_s, overlapped=False)
     plain_range = training_loop_range_s(N_BATCHES, BATCH_BYTES, compute_s, costs, pinned=False, overlapped=False)

@@ -70,22 +70,23 @@ def _class_of(students: int, names: list[str], root: Path) -> Path:
 
 def bench_grading(names: tuple[str, ...] | None = None) -> list[Figure]:
     """Each notebook executed, then graded and given feedback; the full submission's ratio."""
-    from .. import grade
-    from ..release import assignments
+    from ..grading import submission
+    from ..grading.course_layout import assignments
+    from ..grading.sandbox import Limits
 
     names = list(names or assignments())
     out, executed, graded = [], 0.0, 0.0
     with tempfile.TemporaryDirectory(dir=ROOT / "build") as tmp:
         subs = _class_of(1, names, Path(tmp))
         workdir = Path(tmp) / "grading"
-        grade.register_assignments(workdir, names)
+        submission.register_assignments(workdir, names)
         for name in names:
             took = execute_by_role(ROOT / "solutions" / name / f"{name}.ipynb")
             start = time.perf_counter()
-            result = grade.grade_one(workdir, subs, "student000", name, grade.Limits(), 120)
+            result = submission.grade_one(workdir, subs, "student000", name, Limits(), 120)
             grading = time.perf_counter() - start
             start = time.perf_counter()
-            grade.generate_feedback(workdir, [result])
+            submission.generate_feedback(workdir, [result])
             feedback = time.perf_counter() - start
             executed, graded = executed + took["total"], graded + grading
             parts = ", ".join(f"{role} {took[role]:.1f} s" for role in (*ROLES, "kernel start and stop"))
@@ -104,7 +105,7 @@ def bench_grading(names: tuple[str, ...] | None = None) -> list[Figure]:
 def bench_grading_class(students: int = 8, workers: tuple[int, ...] = (1, 2)) -> list[Figure]:
     """Submissions per minute on a local Dask cluster of 1 and of 2 workers: the same class,
     ``students`` x (00, 01) submissions of the solutions, graded from scratch each time."""
-    from .. import grade
+    from ..grading import grade
 
     out, rate = [], {}
     with tempfile.TemporaryDirectory(dir=ROOT / "build") as tmp:

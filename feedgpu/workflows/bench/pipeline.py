@@ -8,7 +8,7 @@
 Both with 0 workers (PyTorch's default threads, what a student gets) and 2 workers. The
 budget: recommended with 2 workers at least 2.5x the naive default.
 
-The model is :func:`feedgpu.model.steady_state_time_per_batch` with the usable cores (the
+The model is :func:`feedgpu.models.pipeline.steady_state_time_per_batch` with the usable cores (the
 main process's receiving needs a core too), fed with costs measured in one process on
 one thread: ``load_s``, a batch built with 0 workers; and the hand-over of that batch
 through shared memory, split between the sides that pay it
@@ -42,7 +42,7 @@ def bench_pipeline() -> list[Figure]:
     from feedgpu.measure.machine import usable_cores
     from feedgpu.measure.timing import time_loader
     from feedgpu.measure.transfer import shared_memory_handover_s
-    from feedgpu.model import steady_state_time_per_batch
+    from feedgpu.models.pipeline import steady_state_time_per_batch
     from feedgpu.workloads.lfw import TensorLFWDataset
 
     root = lfw_dataset.default_root("synthetic")

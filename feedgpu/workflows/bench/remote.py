@@ -141,7 +141,7 @@ def bench_faults(store: Any, keys: list[str], shards: list[str]) -> list[Figure]
     ``store`` holds ``keys`` (one face each) and ``shards`` in bucket "faces"; its settings
     are put back to ``latency_s=LATENCY_S`` and no fault afterwards.
     """
-    from feedgpu.remote_model import expected_slowest_s
+    from feedgpu.models.remote_storage import expected_slowest_s
     from feedgpu.workloads.remote import Hedged, S3ShardDataset, fetch_all, fetch_objects, fetch_with_retries
 
     quiet = dict(latency_s=LATENCY_S, latency_sigma=0.0, bandwidth_bytes_per_s=None, requests_per_s=None,
