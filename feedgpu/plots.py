@@ -1301,3 +1301,48 @@ def plot_fix_progress(labels: Sequence[str], measured: Sequence[float], predicte
 
 
 __all__ += ["plot_busy_shares", "plot_fix_progress"]
+
+
+def plot_gpu_feeding(rows: Mapping[str, Mapping[str, float]], ax: Any = None, *, target: float | None = None,
+                     title: str | None = None) -> Any:
+    """The GPU's busy share on each recorded machine: the plain loop as measured beside the
+    recommended one as the model estimates it (a bar from its low to its high end where it is a range).
+
+    Args:
+        rows: machine -> ``{"plain": share, "recommended": share, "low": share, "high": share}``
+            (``low``/``high`` optional; ``measured``, where the recommended loop was recorded too).
+        target: a busy share to mark with a dotted line.
+
+    Returns:
+        The Axes.
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3.2), layout="constrained")
+    names = list(rows)
+    x = np.arange(len(names))
+    plain = [rows[n]["plain"] for n in names]
+    rec = [rows[n]["recommended"] for n in names]
+    low = [rec[i] - rows[n].get("low", rec[i]) for i, n in enumerate(names)]
+    high = [rows[n].get("high", rec[i]) - rec[i] for i, n in enumerate(names)]
+    ax.bar(x - 0.2, plain, 0.4, color=GREY, label="plain loop, measured")
+    ax.bar(x + 0.2, rec, 0.4, color=ORANGE, yerr=[low, high], capsize=4, label="recommended, estimated")
+    measured = [(i, rows[n]["measured"]) for i, n in enumerate(names) if rows[n].get("measured") is not None]
+    if measured:
+        ax.plot([i + 0.2 for i, _ in measured], [m for _, m in measured], "kD", label="recommended, measured")
+    for i, (p_, r_) in enumerate(zip(plain, rec)):
+        ax.text(i - 0.2, p_ + 0.02, f"{p_:.2f}", ha="center", fontsize="small")
+        ax.text(i + 0.2, r_ + 0.02, f"{r_:.2f}", ha="center", fontsize="small")
+    if target is not None:
+        ax.axhline(target, color="black", linestyle=":", label=f"goal {target:g}")
+    ax.set_xticks(x, names)
+    ax.set_ylim(0, 1.15)
+    ax.set_ylabel("GPU busy share")
+    ax.legend(fontsize="x-small", loc="lower right")
+    ax.set_title(title or "Feeding a real GPU: the plain loop and the recommended one")
+    return ax
+
+
+__all__ += ["plot_gpu_feeding"]

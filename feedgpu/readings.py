@@ -91,6 +91,7 @@ COPIES_FILE = "copies_and_loop.json"
 COPY_LOOPS_FILE = "copy_loops.json"
 BENCH_FILE = "bench_gpu.json"
 MACHINE_FILE = "machine.json"
+RECOMMENDED_FILE = "recommended_loop.json"
 
 
 def default_name(gpu_name: str, day: datetime.date | None = None) -> str:
@@ -193,6 +194,7 @@ class Readings:
     loops: list[LoopReading] = field(default_factory=list)
     diagnoses: dict[str, dict[str, Any]] = field(default_factory=dict)
     bench: list[dict[str, Any]] = field(default_factory=list)
+    recommended: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -383,7 +385,8 @@ def load_readings(name_or_path: str | os.PathLike, root: Path = READINGS_ROOT) -
     return Readings(folder=folder, machine=machine, copies=_copies(main.get("copies", [])),
                     copy_loops=copy_loops, item_cost_s=dict(main.get("item_cost_s", {})),
                     stall_free_step_s=main.get("stall_free_step_s"), loops=loops, diagnoses=diagnoses,
-                    bench=bench)
+                    bench=bench, recommended=_read_json(folder / RECOMMENDED_FILE)
+                    if (folder / RECOMMENDED_FILE).is_file() else None)
 
 
 def write_readings(folder: str | os.PathLike, files: Mapping[str, Any], *, extra: Mapping[str, Path] = {}) -> Path:

@@ -257,6 +257,45 @@ def test_record_keeps_a_failed_bench_and_the_rest(tmp_path, capsys):
     assert set(bench["machine"]) >= {"python", "torch", "cores"}, bench["machine"]
 
 
+def test_record_records_the_recommended_loop_by_default_and_not_when_asked(tmp_path, capsys):
+    """With a recommended-loop instrument: recommended_loop.json, read back as Readings.recommended, made with the
+    plan's worker counts after the copies; --no-recommended never calls it; a failure is kept, the rest written."""
+    calls = []
+
+    def recommended(plan, synchronize):
+        calls.append(plan.workers)
+        assert callable(synchronize)
+        return {"stall_free_step_s": 0.008, "predicted_busy_share": {"best": 0.95, "workers": 2},
+                "busy_share": {"2": 0.93}}
+
+    gpu = FakeGPU()
+    instruments = dataclasses.replace(gpu.instruments(), recommended=recommended)
+    assert main(["--root", str(tmp_path), "--name", "on", "--quick", "--workers", "0,2"], instruments=instruments) == 0
+    assert calls == [(0, 2)], calls
+    assert load_readings(tmp_path / "on").recommended["busy_share"] == {"2": 0.93}
+    assert "recommended" in capsys.readouterr().err, "a line for the stage"
+
+    assert main(["--root", str(tmp_path), "--name", "off", "--quick", "--no-recommended"], instruments=instruments) == 0
+    assert calls == [(0, 2)], "--no-recommended records no recommended loop"
+    assert not (tmp_path / "off" / "recommended_loop.json").exists() and load_readings(tmp_path / "off").recommended is None
+
+    def broken(plan, synchronize):
+        raise RuntimeError("no faces")
+
+    instruments = dataclasses.replace(gpu.instruments(), recommended=broken)
+    assert main(["--root", str(tmp_path), "--name", "broken", "--quick"], instruments=instruments) == 0
+    assert load_readings(tmp_path / "broken").recommended == {"failed": "RuntimeError: no faces"}
+    assert (tmp_path / "broken" / "copy_loops.json").is_file(), "the rest is recorded"
+
+
+def test_record_refuses_the_recommended_loop_without_faces(tmp_path, monkeypatch, capsys):
+    """The default instruments on a machine without the faces: refused in one line, before measuring anything."""
+    monkeypatch.setenv("FACES", str(tmp_path / "nowhere"))
+    instruments = dataclasses.replace(refusing(FakeGPU().instruments()), recommended=record._recommended)
+    assert main(["--root", str(tmp_path), "--quick"], instruments=instruments) == 2
+    assert "--no-recommended" in one_line(capsys.readouterr().err)
+
+
 LOOP_MODULE = textwrap.dedent('''
     """A training loop as a user writes it, tiny: 24 items of 2 numbers that each wait 2 ms,
     batches of 4, a step that waits 12 ms: one worker loads a batch (8 ms) while the step

@@ -300,12 +300,12 @@ def _beyond_one_process() -> dict[str, Callable[[], list[Figure]]]:
     from .distributed import bench_distributed
     from .gpu import bench_gpu
     from .memory import bench_memory
-    from .pipeline import bench_pipeline
+    from .pipeline import bench_feeding, bench_pipeline
     from .remote import bench_remote
 
     return {"grading": bench_grading, "pipeline": bench_pipeline, "memory": bench_memory, "gpu": bench_gpu,
             "remote": bench_remote, "distributed": bench_distributed, "diagnosis": bench_diagnosis,
-            "capstone": bench_capstone}
+            "capstone": bench_capstone, "feeding": bench_feeding}
 
 
 BENCHES: dict[str, Callable[[], list[Figure]]] = {

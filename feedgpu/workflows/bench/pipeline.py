@@ -25,6 +25,7 @@ budget: within 15%.
 from __future__ import annotations
 
 import statistics
+import time
 
 from . import Figure, figure
 
@@ -88,4 +89,93 @@ def bench_pipeline() -> list[Figure]:
                 figure(f"pipeline {name}: model / measured", predicted / measured, "x", "budget 0.85 to 1.15")]
     out.append(figure("pipeline recommended 2 workers / naive default", rate[("recommended", 2, 1)]
                       / rate[("naive", 0, default_threads)], "x", "budget >= 2.5 on 2 cores"))
+    return out
+
+
+#: The simulated accelerator's step for :func:`bench_feeding`, and the batches timed.
+FEEDING_STEP_S = 0.030
+FEEDING_BATCHES = 16
+
+
+def _token(images):
+    """What the simulated accelerator is handed for a batch: one float per item. It only waits
+    ``step_s`` (no model), as a GPU would run the step, with the conversion to float on it; the
+    whole batch would cost the host its fingerprint (tens of ms for 64 crops), which a GPU does
+    not ask for."""
+    return images[:, :1, :1, :1].float()
+
+
+def _busy_share(loader, step_s: float, batches: int) -> float:
+    """The simulated accelerator's busy share over ``batches`` batches of ``loader``, after a warm-up."""
+    from feedgpu.base.processes import shutdown_workers
+    from feedgpu.models.accelerator import AsyncAccelerator
+
+    iterator = iter(loader)
+    try:
+        with AsyncAccelerator(step_s) as device:
+            for _ in range(2 * max(1, loader.num_workers)):  # every worker's first batch: start-up, not steady
+                images, labels = next(iterator)
+                device.step(_token(images), labels)
+            start = time.perf_counter()
+            for _ in range(batches):
+                asked = time.perf_counter()
+                images, labels = next(iterator)
+                device.data_spans.append((asked, time.perf_counter()))
+                device.step(_token(images), labels)
+            device.step(_token(images), labels).item()  # the queue drained
+            return device.breakdown(start, time.perf_counter()).busy_share
+    finally:
+        shutdown_workers(iterator)
+
+
+def bench_feeding() -> list[Figure]:
+    """The course's recommended faces loader against the plain one (:mod:`feedgpu.workloads.faces_on_gpu`),
+    2 workers each, feeding the simulated accelerator (a 30 ms step that, as on a GPU, includes
+    the recommended batch's conversion to float: :func:`_token`), and the busy share the model
+    (:mod:`feedgpu.models.feeding`) predicts for each from probes taken first: the item on one
+    thread, collating a batch and handing it over through shared memory, and the slowdown of
+    2 processes at once."""
+    import torch
+    from torch.utils.data import default_collate
+
+    from feedgpu.base.processes import usable_cores
+    from feedgpu.measure.feeding import measure_item_ratio, measure_slowdown
+    from feedgpu.measure.transfer import shared_memory_handover_s
+    from feedgpu.models.feeding import FeedCosts, predict
+    from feedgpu.workloads import faces_on_gpu as faces
+
+    workers = 2
+    ratio = measure_item_ratio(items=32, rounds=3)
+    plain_ds, rec_ds = faces.plain_dataset(), faces.recommended_dataset()
+    out, threads = [], torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        for name, dataset, item_s in (("plain", plain_ds, ratio.plain_s),
+                                      ("recommended", rec_ds, ratio.recommended_s)):
+            items = [dataset[i] for i in range(64)]
+            began = time.perf_counter()
+            images, _ = default_collate(items)
+            collate_s = time.perf_counter() - began
+            handover = shared_memory_handover_s(tuple(images.shape), images.dtype)
+            slowdown = measure_slowdown(dataset, [workers], items=16)
+            costs = FeedCosts(step_s=FEEDING_STEP_S, item_s=item_s, batch_size=64,
+                              batch_bytes=images.numel() * images.element_size(),
+                              collate_s=collate_s + handover.send_s, pin_s=0.0,
+                              main_s=handover.receive_s, cores=usable_cores(), slowdown=slowdown)
+            predicted = predict(costs, workers)
+            loader = torch.utils.data.DataLoader(dataset, batch_size=64, shuffle=True, num_workers=workers,
+                                                 persistent_workers=True, drop_last=True)
+            measured = _busy_share(loader, FEEDING_STEP_S, FEEDING_BATCHES)
+            note = f"{workers} workers, a {FEEDING_STEP_S * 1e3:.0f} ms step, {FEEDING_BATCHES} batches"
+            out += [figure(f"feeding {name}: busy share, measured", measured, "", note),
+                    figure(f"feeding {name}: busy share, model", predicted.busy_share, "",
+                           f"predicted before the loop ran; slowest stage: {predicted.bound_by}"),
+                    figure(f"feeding {name}: measured / model", measured / predicted.busy_share, "x",
+                           "budget 0.85 to 1.15")]
+    finally:
+        torch.set_num_threads(threads)
+    shares = {f["name"]: f["value"] for f in out}
+    out.append(figure("feeding recommended / plain busy share", shares["feeding recommended: busy share, measured"]
+                      / shares["feeding plain: busy share, measured"], "x",
+                      f"the item ratio here {ratio.ratio:.2f} ({ratio.low:.2f}-{ratio.high:.2f})"))
     return out

@@ -113,6 +113,8 @@ class Instruments:
         bench: the bench's gpu figures (:func:`feedgpu.workflows.bench.gpu.bench_gpu`).
         synchronize: ``torch.cuda.synchronize``.
         diagnose: ``(loader, step, max_seconds) -> dict``: :func:`feedgpu.diagnose`'s report, ``.to_dict()``.
+        recommended: ``(plan, synchronize) -> dict``: the course's recommended loop, predicted then
+            measured (:func:`feedgpu.workflows.bench.recommended.record_recommended`); None: not recorded.
     """
 
     cuda_skip_reason: Callable[[], str | None]
@@ -125,6 +127,7 @@ class Instruments:
     bench: Callable[[], list[dict[str, Any]]]
     synchronize: Callable[[], None]
     diagnose: Callable[[Any, Any, float], dict[str, Any]]
+    recommended: Callable[[Plan, Callable[[], None]], dict[str, Any]] | None = None
 
 
 def _driver_version() -> str | None:
@@ -174,7 +177,25 @@ def default_instruments() -> Instruments:
                        empty_host_cache=pinning.empty_host_cache,
                        copy_table=pinning.measure_copy_table, compute_s=pinning.measure_compute_s,
                        training=pinning.measure_training, bench=_bench, synchronize=_synchronize,
-                       diagnose=_diagnose)
+                       diagnose=_diagnose, recommended=_recommended)
+
+
+def _recommended(plan: Plan, synchronize: Callable[[], None]) -> dict[str, Any]:
+    from .recommended import record_recommended
+
+    return record_recommended(plan.workers, synchronize, measure_loop, batches=plan.loop_batches[1],
+                              steps=plan.stall_free_steps, say=_say)
+
+
+def _faces_missing() -> str | None:
+    """Why the recommended loop cannot run here (no faces to read), or None."""
+    from ...workloads.faces_on_gpu import faces_root
+
+    root = faces_root()
+    if root.is_dir() and any(p.is_dir() for p in root.iterdir()):
+        return None
+    return (f"the recommended loop reads the course's faces, and {root} holds none: run "
+            "`python3 lfw_dataset.py -prepare synthetic` (or `make data`) first, or pass --no-recommended")
 
 
 # --------------------------------------------------------------------------- the plan
@@ -293,25 +314,6 @@ def _endless(loader: Any) -> Iterator[Any]:
             yield batch
         if empty:
             raise ValueError("the loader gives no batch")
-
-
-def measure_stall_free_step(step: Callable[[Any], Any], batch: Any, synchronize: Callable[[], None],
-                            steps: int) -> tuple[float, float]:
-    """Seconds per step on one batch held in memory (the loop's bound, nothing to wait for):
-    5 untimed steps, then ``steps`` steps synchronised once, then ``steps`` synchronised after each."""
-    for _ in range(5):
-        step(batch)
-    synchronize()
-    began = time.perf_counter()
-    for _ in range(steps):
-        step(batch)
-    synchronize()
-    free = (time.perf_counter() - began) / steps
-    began = time.perf_counter()
-    for _ in range(steps):
-        step(batch)
-        synchronize()
-    return free, (time.perf_counter() - began) / steps
 
 
 def measure_loop(base: Any, step: Callable[[Any], Any], synchronize: Callable[[], None], *, num_workers: int,
@@ -493,6 +495,7 @@ def _record_loop(instruments: Instruments, plan: Plan, loader: Any, step: Any,
                  record: dict[str, Any]) -> dict[str, Any]:
     """Item cost, stall-free step and loops into ``record``; returns the diagnoses' files."""
     from ...diagnosis import clone_loader
+    from ...measure.feeding import measure_stall_free_step
 
     _say("the loader: one item, in this process")
     record["item_cost_s"] = measure_item_cost(loader.dataset, plan.items)
@@ -533,6 +536,9 @@ def _parser() -> argparse.ArgumentParser:
                         "powers of two below the cores, and cores - 1)")
     parser.add_argument("--max-seconds", type=float, metavar="S", help="each diagnosis's budget (default 60; "
                         "20 with --quick)")
+    parser.add_argument("--no-recommended", action="store_true", help="do not record the course's recommended "
+                        "faces loop (recommended_loop.json: its predicted and measured busy share, beside the plain "
+                        "loop's)")
     parser.add_argument("--quick", action="store_true", help="fewer sizes, repeats and loops: a check in a minute "
                         "or two, not a reference")
     return parser
@@ -578,6 +584,10 @@ def _main(argv: list[str], instruments: Instruments | None) -> int:
     reason = instruments.cuda_skip_reason()
     if reason is not None:
         raise UsageError(f"the recorder needs a CUDA GPU, and there is none here: {reason}")
+    if not args.no_recommended and instruments.recommended is _recommended:
+        missing = _faces_missing()
+        if missing is not None:
+            raise UsageError(missing)
     gpu = instruments.gpu()
     when = time.strftime("%Y-%m-%d %H:%M:%S")
     folder = Path(args.root) / (args.name or default_name(str(gpu.get("gpu") or "gpu")))
@@ -595,14 +605,15 @@ def _record(args: argparse.Namespace, argv: Sequence[str], instruments: Instrume
     import torch
 
     from ...measure.machine import usable_cores
-    from ...readings import BENCH_FILE, COPIES_FILE, COPY_LOOPS_FILE, MACHINE_FILE, write_readings
+    from ...readings import BENCH_FILE, COPIES_FILE, COPY_LOOPS_FILE, MACHINE_FILE, RECOMMENDED_FILE, write_readings
 
     try:
         course = course_identity(SOURCE_ROOT)  # before measuring: a course without its sources is refused
     except FileNotFoundError as err:
         raise UsageError(str(err)) from None
     plan = plan_for(quick=args.quick, cores=usable_cores(), workers=workers, max_seconds=args.max_seconds)
-    stages = 4 + (loader is not None)
+    recommended = None if args.no_recommended else instruments.recommended
+    stages = 4 + (loader is not None) + (recommended is not None)
     emptied = instruments.empty_host_cache()
     machine = _machine(instruments.describe_machine(), gpu, emptied, when, argv, course)
     _say(f"[1/{stages}] the machine: {gpu.get('gpu')}, {os.cpu_count()} cores, torch {torch.__version__}"
@@ -622,6 +633,13 @@ def _record(args: argparse.Namespace, argv: Sequence[str], instruments: Instrume
     if loader is not None:
         _say(f"[5/{stages}] your loop: {args.loader} feeding {args.step}")
         files.update(_record_loop(instruments, plan, loader, step, record))
+    if recommended is not None:
+        _say(f"[{stages}/{stages}] the course's recommended faces loop: predicted, then measured, beside the plain one")
+        try:
+            files[RECOMMENDED_FILE] = recommended(plan, instruments.synchronize)
+        except Exception as err:  # noqa: BLE001 - as the bench: the failure is kept, the rest recorded
+            files[RECOMMENDED_FILE] = {"failed": f"{type(err).__name__}: {err}"[:500]}
+            _say(f"the recommended loop failed (kept in {RECOMMENDED_FILE}): {files[RECOMMENDED_FILE]['failed']}")
     files[COPIES_FILE] = record
     files[MACHINE_FILE] = machine
     try:
