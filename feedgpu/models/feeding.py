@@ -144,15 +144,16 @@ class Prediction:
     busy_share: float
     bound_by: str
     stages_s: dict[str, float]
+    batch_size: int
 
     @property
     def images_per_s(self) -> float:
-        return math.nan if self.s_per_batch <= 0 else self.stages_s["batch_size"] / self.s_per_batch
+        """Items a second at the predicted pace."""
+        return math.nan if self.s_per_batch <= 0 else self.batch_size / self.s_per_batch
 
     def to_dict(self) -> dict[str, Any]:
         return {"num_workers": self.num_workers, "s_per_batch": self.s_per_batch, "busy_share": self.busy_share,
-                "bound_by": self.bound_by,
-                "stages_s": {k: v for k, v in self.stages_s.items() if k != "batch_size"}}
+                "bound_by": self.bound_by, "stages_s": dict(self.stages_s), "batch_size": self.batch_size}
 
 
 def predict(costs: FeedCosts, num_workers: int) -> Prediction:
@@ -172,7 +173,7 @@ def predict(costs: FeedCosts, num_workers: int) -> Prediction:
     bound_by = max(stages, key=lambda k: stages[k])
     pace = stages[bound_by]
     busy = 1.0 if pace <= 0 else costs.step_s / pace
-    return Prediction(w, pace, busy, bound_by, {**stages, "batch_size": float(costs.batch_size)})
+    return Prediction(w, pace, busy, bound_by, stages, costs.batch_size)
 
 
 def predict_by_workers(costs: FeedCosts, counts: Sequence[int]) -> dict[int, Prediction]:
