@@ -30,9 +30,10 @@ from pathlib import Path
 from .. import COURSE_ROOT as ROOT
 from ...base.cli import OneLineParser, UsageError, run_command
 from ...base.files import replacing_folder, write_atomically
-from ..grading.submission import Result, generate_feedback, grade_one, register_assignments
-from .release import RELEASE, SOURCE, assignments
+from ..grading.course_layout import SOURCE, assignments
 from ..grading.sandbox import Limits
+from ..grading.submission import Result, generate_feedback, grade_one, register_assignments
+from .release import RELEASE
 from .workcopy import WORK
 
 __all__ = ["CheckError", "Task", "Check", "find_notebook", "check_notebook", "format_check", "main"]

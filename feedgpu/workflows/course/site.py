@@ -42,10 +42,9 @@ from pathlib import Path
 from ...base.cli import OneLineParser, UsageError, run_command
 from ...base.files import replacing_folder, write_atomically
 from .. import COURSE_ROOT as ROOT
-from .release import assignments
+from ..grading.course_layout import SOURCE, assignments
 from .workcopy import REFERENCE_FILES
 
-SOURCE = ROOT / "solutions"
 README = ROOT / "README.md"
 DEST = ROOT / "build" / "site"
 CACHE = ROOT / "build" / "site-cache"

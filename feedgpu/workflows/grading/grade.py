@@ -57,7 +57,8 @@ from ...base.files import replacing_folder, write_atomically
 from .cluster import Course, Graded, Submission, digest, grade_on_worker, open_client, read_tree, write_tree
 from .course_layout import SOURCE, assignments
 from .sandbox import Limits, reap_orphans
-from .submission import Result, _failed, _maxima, generate_feedback, read_all_scores, read_scores, register_assignments
+from .submission import (Result, assignment_maxima, failed_result, generate_feedback, read_all_scores, read_scores,
+                         register_assignments)
 
 logger = logging.getLogger("grade")
 
@@ -173,7 +174,7 @@ def _worker_failure(student: str, assignment: str, err: BaseException, maxima) -
                f"the last on {err.last_worker.address}); grade again to retry")
     else:
         why = f"not graded: the grading failed on its worker ({type(err).__name__}: {err}); grade again to retry"
-    return _failed(student, assignment, why[:300], maxima)
+    return failed_result(student, assignment, why[:300], maxima)
 
 
 def _settings(limits: Limits, cell_timeout: float) -> str:
@@ -319,7 +320,7 @@ def _maxima_of(workdir: Path, assignment: str) -> tuple[float | None, float | No
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gb:
-        return _maxima(gb, assignment)
+        return assignment_maxima(gb, assignment)
 
 
 def summary(results: list[Result], workdir: Path) -> str:

@@ -165,7 +165,7 @@ def _unreadable(folder: Path) -> str:
     return ""
 
 
-def _maxima(gb, assignment: str) -> tuple[float | None, float | None]:
+def assignment_maxima(gb, assignment: str) -> tuple[float | None, float | None]:
     """``(max_score, max_code_score)`` of ``assignment`` in the open gradebook ``gb``
     (``(None, None)`` for an assignment it does not know)."""
     from nbgrader.api import MissingEntry
@@ -177,7 +177,9 @@ def _maxima(gb, assignment: str) -> tuple[float | None, float | None]:
     return float(found.max_score), float(found.max_code_score)
 
 
-def _failed(student: str, assignment: str, reason: str, maxima: tuple[float | None, float | None]) -> Result:
+def failed_result(student: str, assignment: str, reason: str, maxima: tuple[float | None, float | None]) -> Result:
+    """A submission that could not be graded: 0 points and ``reason``, out of ``maxima``
+    (:func:`assignment_maxima`)."""
     return Result(student, assignment, "failed", score=0.0, max_score=maxima[0], code_score=0.0,
                   max_code_score=maxima[1], needs_manual_grade=False, reason=reason)
 
@@ -192,7 +194,7 @@ def failed(workdir: Path, student: str, assignment: str, reason: str) -> Result:
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{workdir / 'gradebook.db'}") as gb:
-        return _failed(student, assignment, reason, _maxima(gb, assignment))
+        return failed_result(student, assignment, reason, assignment_maxima(gb, assignment))
 
 
 def grade_one(workdir: Path, submissions: Path, student: str, assignment: str,
@@ -274,7 +276,8 @@ def read_all_scores(workdir: Path, pairs: list[tuple[str, str]]) -> list[Result]
             try:
                 sub = gb.find_submission(assignment, student)
             except MissingEntry:
-                results.append(_failed(student, assignment, "no grades recorded", _maxima(gb, assignment)))
+                results.append(failed_result(student, assignment, "no grades recorded",
+                                             assignment_maxima(gb, assignment)))
                 continue
             results.append(Result(student, assignment, "graded", sub.score, sub.max_score,
                                   sub.code_score, sub.max_code_score, sub.needs_manual_grade))
