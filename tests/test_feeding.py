@@ -138,6 +138,17 @@ def test_the_model_predicts_worker_counts_its_sweep_left_out(name):
     assert all(0.85 <= r <= 1.15 for r in loo.values()), f"{name}: measured / predicted by count {loo}"
 
 
+def test_a_sweep_the_gpu_paced_throughout_says_the_slowdown_is_not_measured():
+    """A folder whose every loop ran at its step's pace tells nothing of the workers: no slowdown, and a note."""
+    from dataclasses import replace as with_
+
+    readings = load_readings("h200-2026-11-26")
+    paced = feeding.plain_costs(with_(readings, stall_free_step_s=1.0))
+    assert paced.slowdown == {}, paced.slowdown
+    assert any("not measured" in note for note in paced.notes), paced.notes
+    assert not any("not measured" in note for note in feeding.plain_costs(readings).notes)
+
+
 def test_a_recorded_recommended_loop_is_within_the_prediction():
     """Every folder that recorded the recommended loop: the busy share at the predicted count within 0.9-1.1
     of the prediction made before the loop ran (none is recorded yet: the next GPU records one)."""
@@ -189,7 +200,7 @@ def test_recommended_batches_are_uint8_and_the_gpu_input_equals_the_plain_normal
     small = images[:2, :, :32, :32].contiguous()  # the step on a CPU: small crops keep it quick
     loss = faces.ResNetStep(device="cpu", input="uint8", num_classes=10)((small, labels[:2] % 10))
     assert loss.dim() == 0 and math.isfinite(loss.item())
-    assert faces.workers_for(16) == 14 and faces.workers_for(2) == 1
+    assert [faces.workers_for(cores) for cores in (2, 4, 8, 16)] == [1, 2, 6, 14], "a core each for main and pin"
 
 
 class Sleepy(torch.utils.data.Dataset):

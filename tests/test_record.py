@@ -291,7 +291,8 @@ def test_record_records_the_recommended_loop_by_default_and_not_when_asked(tmp_p
 def test_record_refuses_the_recommended_loop_without_faces(tmp_path, monkeypatch, capsys):
     """The default instruments on a machine without the faces: refused in one line, before measuring anything."""
     monkeypatch.setenv("FACES", str(tmp_path / "nowhere"))
-    instruments = dataclasses.replace(refusing(FakeGPU().instruments()), recommended=record._recommended)
+    instruments = dataclasses.replace(refusing(FakeGPU().instruments()), recommended=record._recommended,
+                                      recommended_missing=record._faces_missing)
     assert main(["--root", str(tmp_path), "--quick"], instruments=instruments) == 2
     assert "--no-recommended" in one_line(capsys.readouterr().err)
 

@@ -7,6 +7,8 @@
 * :func:`measure_slowdown`: how much slower an item gets when ``w`` processes make items
   at once on this machine;
 * :func:`measure_stall_free_step`: the step on one batch held in memory, the loop's bound;
+* :func:`measure_loader_costs`: the loading side of a loop's costs (items, collate and
+  hand-over, pinning, slowdown);
 * :func:`measure_feed_costs`: every cost of one loader and step on a live machine (the
   recorder's probes on a GPU, before it runs the loop).
 """
@@ -17,7 +19,7 @@ import multiprocessing
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -28,7 +30,7 @@ from ..models.feeding import FeedCosts
 from .transfer import shared_memory_handover_s
 
 __all__ = ["StageCosts", "measure_stages", "ItemRatio", "measure_item_ratio", "measure_slowdown",
-           "measure_stall_free_step", "measure_feed_costs"]
+           "measure_stall_free_step", "measure_loader_costs", "measure_feed_costs"]
 
 
 def _one_thread(run: Callable[[], Any]) -> Any:
@@ -247,18 +249,49 @@ def measure_stall_free_step(step: Callable[[Any], Any], batch: Any, synchronize:
     return free, (time.perf_counter() - began) / steps
 
 
+def measure_loader_costs(dataset: Any, batch_size: int, *, counts: Sequence[int], pin: bool,
+                         items: int = 32) -> FeedCosts:
+    """The loading side of :class:`~feedgpu.models.feeding.FeedCosts` on this machine, before a
+    loop runs (``step_s`` 0: the step is the caller's to measure): one item on one thread,
+    collating a batch and writing it into shared memory
+    (:func:`feedgpu.measure.transfer.shared_memory_handover_s`: the worker's side), pinning it
+    on one thread where ``pin``, the main thread's side of the hand-over, and the slowdown at
+    ``counts`` workers (:func:`measure_slowdown`). Every item timed is one not read before."""
+    from torch.utils.data import default_collate
+
+    fresh = _fresh_indices(len(dataset))
+
+    def host() -> tuple[float, float, float, torch.Tensor]:
+        item_s = _per_item(dataset, [next(fresh) for _ in range(items)])
+        samples = [dataset[next(fresh)] for _ in range(batch_size)]
+        began = time.perf_counter()
+        collated = default_collate(samples)
+        collate_s = time.perf_counter() - began
+        images = collated[0] if isinstance(collated, (list, tuple)) else collated
+        pin_s = 0.0
+        if pin:
+            images.pin_memory()  # the first pinning of a size allocates; the loop's reuse the cache
+            began = time.perf_counter()
+            images.pin_memory()
+            pin_s = time.perf_counter() - began
+        return item_s, collate_s, pin_s, images
+
+    item_s, collate_s, pin_s, images = _one_thread(host)
+    handover = shared_memory_handover_s(tuple(images.shape), images.dtype)
+    return FeedCosts(step_s=0.0, item_s=item_s, batch_size=batch_size,
+                     batch_bytes=images.numel() * images.element_size(), collate_s=collate_s + handover.send_s,
+                     pin_s=pin_s, main_s=handover.receive_s, cores=usable_cores(),
+                     slowdown=measure_slowdown(dataset, [w for w in counts if w > 1]),
+                     notes=("measured on this machine before the loop ran",))
+
+
 def measure_feed_costs(loader: Any, step: Callable[[Any], Any], synchronize: Callable[[], None], *,
                        counts: Sequence[int], steps: int = 30, items: int = 32) -> FeedCosts:
     """A loader's (give it ``num_workers=0``: its first batch is taken here) and step's
-    :class:`~feedgpu.models.feeding.FeedCosts` on this machine, before its loop runs: the stall-free step (``steps`` steps on one batch as the loader hands it
-    over, synchronised once), one item on one thread, collating a batch and writing it into
-    shared memory (:func:`feedgpu.measure.transfer.shared_memory_handover_s`: the worker's
-    side), pinning it on one thread, the main thread's launch of one step (after a
-    synchronize: the host's part) and its side of the hand-over, and
-    the slowdown at ``counts`` workers (:func:`measure_slowdown`)."""
-    from torch.utils.data import default_collate
-
-    dataset = loader.dataset
+    :class:`~feedgpu.models.feeding.FeedCosts` on this machine, before its loop runs: the
+    stall-free step (``steps`` steps on one batch as the loader hands it over, synchronised
+    once), the main thread's launch of one step (after a synchronize: the host's part), and
+    the loading side (:func:`measure_loader_costs`, pinning where the loader pins)."""
     batch = next(iter(loader))  # as handed over: pinned if the loader pins
     step_s, _ = measure_stall_free_step(step, batch, synchronize, steps)
     launches = []
@@ -268,29 +301,6 @@ def measure_feed_costs(loader: Any, step: Callable[[Any], Any], synchronize: Cal
         step(batch)
         launches.append(time.perf_counter() - began)
     synchronize()
-    size = loader.batch_size
-    fresh = _fresh_indices(len(dataset))
-
-    def host() -> tuple[float, float, float]:
-        item_s = _per_item(dataset, [next(fresh) for _ in range(items)])
-        samples = [dataset[next(fresh)] for _ in range(size)]
-        began = time.perf_counter()
-        collated = default_collate(samples)
-        collate_s = time.perf_counter() - began
-        pin_s = float("nan")
-        if torch.cuda.is_available():
-            images = collated[0] if isinstance(collated, (list, tuple)) else collated
-            images.pin_memory()  # the first pinning of a size allocates; the loop's reuse the cache
-            began = time.perf_counter()
-            images.pin_memory()
-            pin_s = time.perf_counter() - began
-        return item_s, collate_s, pin_s
-
-    item_s, collate_s, pin_s = _one_thread(host)
-    images = batch[0] if isinstance(batch, (list, tuple)) else batch
-    handover = shared_memory_handover_s(tuple(images.shape), images.dtype)
-    slowdown = measure_slowdown(dataset, [w for w in counts if w > 1])
-    return FeedCosts(step_s=step_s, item_s=item_s, batch_size=size, batch_bytes=images.numel() * images.element_size(),
-                     collate_s=collate_s + handover.send_s, pin_s=0.0 if pin_s != pin_s else pin_s,
-                     main_s=statistics.median(launches) + handover.receive_s, cores=usable_cores(),
-                     slowdown=slowdown, notes=("measured on this machine before the loop ran",))
+    loading = measure_loader_costs(loader.dataset, loader.batch_size, counts=counts, pin=bool(loader.pin_memory),
+                                   items=items)
+    return replace(loading, step_s=step_s, main_s=loading.main_s + statistics.median(launches))

@@ -111,7 +111,7 @@ class FeedCosts:
         check_int("cores", self.cores, minimum=1)
         for w, factor in self.slowdown.items():
             check_int("slowdown's worker count", w, minimum=1)
-            if not (check_number("slowdown", factor) > 0 and math.isfinite(factor)):
+            if not check_number("slowdown", factor) > 0:
                 raise ValueError(f"slowdown at {w} workers must be a finite number > 0, got {factor!r}")
 
     @property
@@ -238,7 +238,12 @@ def plain_costs(readings: Any, batch_bytes: int = FLOAT_BATCH_BYTES, batch_size:
                      pin_s=readings.median_at(readings.pin_thread_kind(), batch_bytes),
                      main_s=max(receive) if receive else 0.0, cores=int(readings.machine.get("cpus") or 1),
                      notes=tuple(notes), main_item_s=readings.item_cost_s.get("all_threads"))
-    return replace(base, slowdown=slowdown_from_loops(readings.steady_loop_s(), base))
+    slowdown = slowdown_from_loops(readings.steady_loop_s(), base)
+    if not slowdown:
+        notes.append("the slowdown with workers is not measured: no row of the sweep was paced by its workers "
+                     "(it would need a count that left the GPU waiting); taken as none, so every count is an "
+                     "upper bound")
+    return replace(base, slowdown=slowdown, notes=tuple(notes))
 
 
 @dataclass(frozen=True)

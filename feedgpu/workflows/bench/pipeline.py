@@ -113,14 +113,13 @@ def _busy_share(loader, step_s: float, batches: int) -> float:
     iterator = iter(loader)
     try:
         with AsyncAccelerator(step_s) as device:
+            fed = device.feed(iterator)  # records each wait in next()
             for _ in range(2 * max(1, loader.num_workers)):  # every worker's first batch: start-up, not steady
-                images, labels = next(iterator)
+                images, labels = next(fed)
                 device.step(_token(images), labels)
             start = time.perf_counter()
             for _ in range(batches):
-                asked = time.perf_counter()
-                images, labels = next(iterator)
-                device.data_spans.append((asked, time.perf_counter()))
+                images, labels = next(fed)
                 device.step(_token(images), labels)
             device.step(_token(images), labels).item()  # the queue drained
             return device.breakdown(start, time.perf_counter()).busy_share
@@ -135,13 +134,12 @@ def bench_feeding() -> list[Figure]:
     (:mod:`feedgpu.models.feeding`) predicts for each from probes taken first: the item on one
     thread, collating a batch and handing it over through shared memory, and the slowdown of
     2 processes at once."""
-    import torch
-    from torch.utils.data import default_collate
+    from dataclasses import replace
 
-    from feedgpu.base.processes import usable_cores
-    from feedgpu.measure.feeding import measure_item_ratio, measure_slowdown
-    from feedgpu.measure.transfer import shared_memory_handover_s
-    from feedgpu.models.feeding import FeedCosts, predict
+    import torch
+
+    from feedgpu.measure.feeding import measure_item_ratio, measure_loader_costs
+    from feedgpu.models.feeding import predict
     from feedgpu.workloads import faces_on_gpu as faces
 
     workers = 2
@@ -152,16 +150,8 @@ def bench_feeding() -> list[Figure]:
         torch.set_num_threads(1)
         for name, dataset, item_s in (("plain", plain_ds, ratio.plain_s),
                                       ("recommended", rec_ds, ratio.recommended_s)):
-            items = [dataset[i] for i in range(64)]
-            began = time.perf_counter()
-            images, _ = default_collate(items)
-            collate_s = time.perf_counter() - began
-            handover = shared_memory_handover_s(tuple(images.shape), images.dtype)
-            slowdown = measure_slowdown(dataset, [workers], items=16)
-            costs = FeedCosts(step_s=FEEDING_STEP_S, item_s=item_s, batch_size=64,
-                              batch_bytes=images.numel() * images.element_size(),
-                              collate_s=collate_s + handover.send_s, pin_s=0.0,
-                              main_s=handover.receive_s, cores=usable_cores(), slowdown=slowdown)
+            loading = measure_loader_costs(dataset, 64, counts=[workers], pin=False)
+            costs = replace(loading, step_s=FEEDING_STEP_S, item_s=item_s)  # the item: the interleaved rounds'
             predicted = predict(costs, workers)
             loader = torch.utils.data.DataLoader(dataset, batch_size=64, shuffle=True, num_workers=workers,
                                                  persistent_workers=True, drop_last=True)

@@ -68,7 +68,6 @@ def record_recommended(workers: Sequence[int], synchronize: Callable[[], None],
     from ...models.feeding import predict_by_workers, workers_needed
     from ...workloads import faces_on_gpu as faces
 
-    run_loop = measure_loop
     size = faces.BATCH_SIZE if batch_size is None else batch_size
     make_step = make_step or (lambda input: faces.ResNetStep(input=input))
     rec_loader = faces.recommended_loader(root, num_workers=0, batch_size=size)
@@ -79,13 +78,13 @@ def record_recommended(workers: Sequence[int], synchronize: Callable[[], None],
     counts = sorted(set(workers) | {needed})
     predicted = predict_by_workers(costs, counts)
     say(f"predicted: {needed} workers, busy share {predicted[needed].busy_share:.2f} (before the loop runs)")
-    rec_rows = [run_loop(rec_loader, rec_step, synchronize, num_workers=w, synced=False, batches=batches)
+    rec_rows = [measure_loop(rec_loader, rec_step, synchronize, num_workers=w, synced=False, batches=batches)
                 for w in counts]
     plain_loader = faces.plain_loader(root, num_workers=0, batch_size=size)
     plain_step = make_step("float")
     say("the plain loop (gpu_case.py's) at the same counts")
     plain_costs = measure_feed_costs(plain_loader, plain_step, synchronize, counts=[], steps=steps)
-    plain_rows = [run_loop(plain_loader, plain_step, synchronize, num_workers=w, synced=False, batches=batches)
+    plain_rows = [measure_loop(plain_loader, plain_step, synchronize, num_workers=w, synced=False, batches=batches)
                   for w in counts]
     return {
         "about": ABOUT,

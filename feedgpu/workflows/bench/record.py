@@ -115,6 +115,8 @@ class Instruments:
         diagnose: ``(loader, step, max_seconds) -> dict``: :func:`feedgpu.diagnose`'s report, ``.to_dict()``.
         recommended: ``(plan, synchronize) -> dict``: the course's recommended loop, predicted then
             measured (:func:`feedgpu.workflows.bench.recommended.record_recommended`); None: not recorded.
+        recommended_missing: why ``recommended`` cannot run here (no faces to read), or None;
+            asked before anything is measured.
     """
 
     cuda_skip_reason: Callable[[], str | None]
@@ -128,6 +130,7 @@ class Instruments:
     synchronize: Callable[[], None]
     diagnose: Callable[[Any, Any, float], dict[str, Any]]
     recommended: Callable[[Plan, Callable[[], None]], dict[str, Any]] | None = None
+    recommended_missing: Callable[[], str | None] = lambda: None
 
 
 def _driver_version() -> str | None:
@@ -177,7 +180,7 @@ def default_instruments() -> Instruments:
                        empty_host_cache=pinning.empty_host_cache,
                        copy_table=pinning.measure_copy_table, compute_s=pinning.measure_compute_s,
                        training=pinning.measure_training, bench=_bench, synchronize=_synchronize,
-                       diagnose=_diagnose, recommended=_recommended)
+                       diagnose=_diagnose, recommended=_recommended, recommended_missing=_faces_missing)
 
 
 def _recommended(plan: Plan, synchronize: Callable[[], None]) -> dict[str, Any]:
@@ -584,8 +587,8 @@ def _main(argv: list[str], instruments: Instruments | None) -> int:
     reason = instruments.cuda_skip_reason()
     if reason is not None:
         raise UsageError(f"the recorder needs a CUDA GPU, and there is none here: {reason}")
-    if not args.no_recommended and instruments.recommended is _recommended:
-        missing = _faces_missing()
+    if not args.no_recommended and instruments.recommended is not None:
+        missing = instruments.recommended_missing()
         if missing is not None:
             raise UsageError(missing)
     gpu = instruments.gpu()
