@@ -139,7 +139,10 @@ def test_a_fresh_diagnosis_keeps_every_input_and_replays_the_same(fresh):
     for key in ("load_s", "step_s", "send_s", "receive_s", "cpu_share", "cores", "step_cpu_share", "pin_s"):
         assert key in data["model"]["costs"], key
     assert data["model"]["probes"]["load"]["readings_s"], "the load probe's readings"
+    stale = "the model does not explain the measured points (drawn by an older version): only measured counts"
+    data["notes"].append(stale)
     again = replay(data)
+    assert stale not in again.notes and len(set(again.notes)) == len(again.notes), "the check's notes drawn again, once"
     assert (again.verdict, again.causes) == (fresh.verdict, fresh.causes)
     assert again.try_first["value"] == fresh.try_first["value"]
     assert again.try_first["predicted_speedup"] == pytest.approx(fresh.try_first["predicted_speedup"], rel=1e-9)

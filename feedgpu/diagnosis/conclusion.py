@@ -148,7 +148,7 @@ def conclude(evidence: Evidence, model: Model | None = None, *, cores: float | N
         measured = None  # the points were measured on the loop as it was, not on this one
     # a fix keeps the resource the workers share and the main process's sharing; its items were
     # timed again (one thread per pool) or its hand-over is another, so the load's scale stays the probe's
-    kept = {k: v for k, v in (chose.correction or {}).items() if k in ("serial_s", "sharing")}
+    kept = {k: v for k, v in (chose.correction or {}).items() if k in ("serial_s", "serial_cv2", "sharing")}
     costs = chose.costs
     fixed = apply_correction(model.fixed_costs, kept) if model.fixed_costs is not None else None
     threads = apply_correction(model.thread_costs, kept) if model.thread_costs is not None else None
@@ -160,10 +160,17 @@ def conclude(evidence: Evidence, model: Model | None = None, *, cores: float | N
         threads = replace(threads, **changes) if threads is not None else None
         ev = modelled_evidence(ev, costs, cores)
     findings = find_causes(ev)
+    # a correction only one point shows is not checked out of sample: the count it advises is tried
+    # (the live diagnosis measures it, a point the correction was not fitted to), not only measured ones
+    unchecked = bool(chose.correction) and chose.correction.get("checked") is False and not modelled
     tries = predicted_tries(costs, ev.num_workers, ev.cores, {f.cause for f in findings}, fixed_costs=fixed,
                             startup_s=ev.startup_s, one_batch_s=ev.one_batch_s,
                             batches_per_epoch=ev.batches_per_epoch, s_per_batch=ev.s_per_batch,
-                            thread_costs=threads, measured=measured, trusted=chose.trusted)
+                            thread_costs=threads, measured=measured, trusted=chose.trusted or unchecked)
+    if unchecked:  # the count the corrected model advises is the point beyond that checks it
+        for t in tries:
+            if t["setting"] == "num_workers":
+                t["why"] += "; the correction rests on one point, and this count, measured, checks it out of sample"
     if not modelled:  # the model from now on: fitted to every point
         costs = check.costs
     return Conclusion(ev, findings, verdict_of(ev.data_wait_share), check, costs, fixed, threads, tries,

@@ -21,6 +21,12 @@ are what the model is judged by, out of sample:
     spirit of Amdahl's law: the share of the work that does not run in parallel sets a
     ceiling, and the workers' stage becomes a closed queue
     (:func:`~feedgpu.diagnosis.whatif.shared_resource_s`);
+  - ``serial_s`` and ``serial_cv2``: that resource, and how irregular its holds are (1:
+    as random ones, where a queue forms well before it is always busy, the first
+    family's assumption; 0: every hold the same, a lock around fixed work or a service
+    at a fixed rate, where the workers barely queue until together they ask more than it
+    serves). Fitted to points on both sides of the knee, the first family puts the
+    resource's pace too fast where the holds are regular, and misses every count beyond;
   - ``load_scale``: the workers build a batch slower or faster than the item probe did in
     this process (thread pools, caches, memory traffic);
   - ``sharing``: how much busy workers slow the main process's own work (the term of
@@ -52,7 +58,8 @@ from typing import Any
 
 from .whatif import BAND, Costs
 
-__all__ = ["BAND", "TIE", "FAMILIES", "Check", "check_model", "apply_correction"]
+__all__ = ["BAND", "TIE", "FAMILIES", "PARAMETERS", "Check", "check_model", "apply_correction",
+           "is_check_note"]
 
 #: Leave-one-out errors (largest |log(measured / predicted)|) this close count as a tie.
 TIE = 0.02
@@ -61,7 +68,10 @@ TIE = 0.02
 #: that misses, and a what-if beyond them would miss by more.
 CLEARLY = math.log(1.1)
 #: The corrections tried, fewest parameters first.
-FAMILIES: tuple[tuple[str, ...], ...] = (("serial_s",), ("load_scale",), ("sharing",), ("load_scale", "serial_s"))
+FAMILIES: tuple[tuple[str, ...], ...] = (("serial_s",), ("load_scale",), ("sharing",), ("serial_s", "serial_cv2"),
+                                         ("load_scale", "serial_s"))
+#: The corrected model's values, by name (what :func:`apply_correction` takes from a correction).
+PARAMETERS = ("load_scale", "serial_s", "serial_cv2", "sharing")
 
 #: The grid of each parameter: the workers' load relative to the probe's (1/8 to 8), the
 #: shared resource's share of a worker's batch (2% to all of it), the sharing (0 to 1).
@@ -70,13 +80,15 @@ _COARSE_SCALES = tuple(2 ** (k / 4) for k in range(-12, 13))
 _SHARES = tuple(0.02 * 50 ** (k / 32) for k in range(33))
 _COARSE_SHARES = tuple(0.02 * 50 ** (k / 16) for k in range(17))
 _SHARING = tuple(k / 20 for k in range(21))
+#: The holds' squared coefficient of variation: every hold the same, between, as random ones.
+_IRREGULARITY = (0.0, 0.5, 1.0)
 
 
 def apply_correction(costs: Costs, correction: dict[str, float] | None) -> Costs:
-    """``costs`` with a correction's fitted values (``load_scale``, ``serial_s``, ``sharing``)."""
+    """``costs`` with a correction's fitted values (those of :data:`PARAMETERS` it holds)."""
     if not correction:
         return costs
-    return replace(costs, **{k: v for k, v in correction.items() if k in ("load_scale", "serial_s", "sharing")})
+    return replace(costs, **{k: v for k, v in correction.items() if k in PARAMETERS})
 
 
 def _candidates(costs: Costs, family: tuple[str, ...]) -> Iterable[dict[str, float]]:
@@ -92,6 +104,11 @@ def _candidates(costs: Costs, family: tuple[str, ...]) -> Iterable[dict[str, flo
         cycle = costs.worker_load_s + costs.send_s
         for share in _SHARES:
             yield {"serial_s": share * cycle}
+    elif family == ("serial_s", "serial_cv2"):
+        cycle = costs.worker_load_s + costs.send_s
+        for cv2 in _IRREGULARITY:
+            for share in _SHARES:
+                yield {"serial_s": share * cycle, "serial_cv2": cv2}
     else:
         for scale in _COARSE_SCALES:
             cycle = costs.load_s * scale + costs.send_s
@@ -148,6 +165,17 @@ def _fit(costs: Costs, family: tuple[str, ...], points: dict[int, float]) -> dic
     return best
 
 
+#: How every note of the check begins (a diagnosis written before its check kept its notes:
+#: :func:`is_check_note`).
+_NOTE_OPENINGS = ("the model from the probes ", "the model does not explain ", "the model even corrected ",
+                  "the measured points (", "with 0 workers the loop ran at ")
+
+
+def is_check_note(note: str) -> bool:
+    """Whether ``note`` is one the check writes (a replay draws the check again, and says its own)."""
+    return note.startswith(_NOTE_OPENINGS)
+
+
 def _within(measured: float, predicted: float) -> bool:
     return BAND[0] <= measured / predicted <= BAND[1] if predicted > 0 else False
 
@@ -191,6 +219,11 @@ def _describe(correction: dict[str, Any]) -> str:
     parts = []
     if "serial_s" in correction["fitted"]:
         parts.append(f"a resource the workers share, held {correction['serial_s'] * 1e3:.3g} ms a batch")
+    if "serial_cv2" in correction["fitted"]:
+        cv2 = correction["serial_cv2"]
+        parts[-1] += (" the same time every batch (the workers barely queue for it until together they ask more "
+                      "than it serves)" if cv2 == 0 else f" for times whose squared coefficient of variation is "
+                      f"{cv2:.2g} (1: as irregular as random holds)")
     if "load_scale" in correction["fitted"]:
         parts.append(f"the workers' load at {correction['load_scale']:.2f} times the item probe's")
     if "sharing" in correction["fitted"]:
@@ -294,8 +327,10 @@ def check_model(costs: Costs, measured: dict[int, float], held_out: dict[int, fl
             "threads, the item probe timed one thread as a worker has; speed-ups are taken from the measured pace")
     if not check.trusted:
         still = [w for w in points if w > 0 and not _within(points[w], choice_loo[w])]
+        advised = ("the count the corrected model advises, one not measured, is what checks it" if in_sample else
+                   "only a worker count that was measured is advised")
         check.notes.append(
             f"the model{' even corrected' if choice else ''} does not explain the measured points "
             f"({_points_text(points, choice_loo, sorted(still))}): its predictions beyond them are not trusted, and "
-            "only a worker count that was measured is advised")
+            + advised)
     return check

@@ -25,12 +25,15 @@ formula, both measured on real machines where it fell short:
   every batch (a lock, one file handle or connection, a service that takes so many
   requests a second), ``serial_s`` seconds of it per batch, the workers' stage is a closed
   queue: each worker spends the rest of its batch (``load_s + send_s - serial_s``) on its
-  own and then queues for the resource. Its pace with ``w`` workers comes from mean-value
-  analysis (:func:`shared_resource_s`): ``(load_s + send_s) / w`` while the resource is
-  seldom busy, ``serial_s`` once it is always busy, and between the two a curve that
-  charges the queueing. ``serial_s`` is not probed: it is fitted to the measured points
-  when the probes' model misses them (:mod:`.fitting`), as is ``load_scale``, the
-  workers' load relative to the item probe's.
+  own and then queues for the resource. Its pace with ``w`` workers
+  (:func:`shared_resource_s`) is ``(load_s + send_s) / w`` while the resource is seldom
+  busy, ``serial_s`` once it is always busy, and between the two a curve that charges
+  the queueing: mean-value analysis where the holds are as irregular as random ones
+  (``serial_cv2 = 1``), none at all where every hold is the same (``serial_cv2 = 0``, a
+  lock around fixed work: the workers queue only once together they ask more than it
+  serves). ``serial_s`` and ``serial_cv2`` are not probed: they are fitted to the
+  measured points when the probes' model misses them (:mod:`.fitting`), as is
+  ``load_scale``, the workers' load relative to the item probe's.
 * **The main process's floor.** Its seconds per batch when batches are ready (the step,
   receiving and pinning at a high batch rate) are measured by a run whose workers only
   collate and send ready items (``main_floor_s``); the model takes that instead of the sum
@@ -50,7 +53,9 @@ One setting per cause that a loader setting fixes:
   the main process's (so the pipeline does not run balanced on a knife's edge), or else
   the fewest within 2% of the best (:func:`choose_workers`), by the model checked against
   the measured points (:mod:`.fitting`); for ``serialised`` that is the model with the
-  resource the workers share, which advises workers only up to its pace;
+  resource the workers share, which advises workers only up to its pace, and among
+  those the fewest that ask for it a quarter more often than it serves (with holds of
+  equal length the model's knee is sharp, and a count at the knee runs on its edge);
 * ``hand-over`` of pickled numpy arrays: ``collate_fn``, the user's collate wrapped so
   that arrays cross as tensors in shared memory
   (:class:`~feedgpu.diagnosis.handover_fix.SharedTensorCollate`);
@@ -85,16 +90,27 @@ HEADROOM = 0.8
 BAND = (0.75, 1.33)
 
 
-def shared_resource_s(workers: int, cycle_s: float, serial_s: float) -> float:
+def shared_resource_s(workers: int, cycle_s: float, serial_s: float, serial_cv2: float = 1.0) -> float:
     """Seconds per batch ``workers`` workers deliver when each batch takes ``cycle_s`` of
     one worker, ``serial_s`` of it holding a resource they all share.
 
-    Mean-value analysis of a closed queue (Reiser and Lavenberg, 1980): ``workers``
-    customers, each thinking ``cycle_s - serial_s`` and then queueing for one server that
-    serves ``serial_s``. With ``n`` customers the server's residence time is ``serial_s *
-    (1 + q(n - 1))``, the throughput ``n / (think + residence)`` and the queue ``q(n) =
-    throughput * residence`` (Little's law). Without a shared part it is ``cycle_s /
-    workers``; with a shared part it never beats ``serial_s`` (the server always busy).
+    A closed queue: ``workers`` customers, each thinking ``cycle_s - serial_s`` and then
+    queueing for one server that serves ``serial_s``. How long they queue depends on how
+    irregular the holds are, ``serial_cv2`` (their squared coefficient of variation):
+
+    * ``serial_cv2 = 1``, holds as irregular as random (exponential) ones: mean-value
+      analysis (Reiser and Lavenberg, 1980), exact for them. With ``n`` customers the
+      server's residence time is ``serial_s * (1 + q(n - 1))``, the throughput ``n / (think
+      + residence)`` and the queue ``q(n) = throughput * residence`` (Little's law): a
+      queue forms well before the resource is always busy.
+    * ``serial_cv2 = 0``, every hold the same (a lock around fixed work, a service at a
+      fixed rate): the workers fall into step and never queue until together they ask
+      more than it serves, so the pace is ``max(cycle_s / workers, serial_s)``, exact for
+      holds and thinking of fixed length.
+    * between the two, the pace in proportion to ``serial_cv2`` (an interpolation, not a
+      theorem: it is exact only at both ends).
+
+    Without a shared part it is ``cycle_s / workers``; with one it never beats ``serial_s``.
 
     Raises:
         ValueError: ``workers`` below 1.
@@ -109,7 +125,8 @@ def shared_resource_s(workers: int, cycle_s: float, serial_s: float) -> float:
         residence = serial * (1 + queued)
         throughput = n / (think + residence)
         queued = throughput * residence
-    return 1 / throughput
+    random_holds, equal_holds = 1 / throughput, max(cycle_s / workers, serial)
+    return equal_holds + min(max(serial_cv2, 0.0), 1.0) * (random_holds - equal_holds)
 
 
 @dataclass
@@ -139,6 +156,9 @@ class Costs:
             timed it; fitted where the measured points say otherwise, :mod:`.fitting`).
         serial_s: seconds per batch the workers hold one resource they share (0: none
             known; fitted, :mod:`.fitting`).
+        serial_cv2: how irregular those holds are, the squared coefficient of variation of
+            one (1: as random ones, the queue's own assumption; 0: every hold the same;
+            fitted with ``serial_s`` where the points show it, :func:`shared_resource_s`).
         main_floor_s: the main process's seconds per batch when batches are ready, measured
             at a high batch rate (None: not measured, the sum of its probes stands).
         step_threads: the threads the step keeps busy (its process's CPU over its thread's:
@@ -158,6 +178,7 @@ class Costs:
     storage_s: float = 0.0
     load_scale: float = 1.0
     serial_s: float = 0.0
+    serial_cv2: float = 1.0
     main_floor_s: float | None = None
     step_threads: float = 1.0
 
@@ -175,7 +196,7 @@ class Costs:
         """Seconds per batch ``num_workers`` (> 0) workers deliver, the cores aside: their
         load and sending over their count, or the queue for a resource they share
         (:func:`shared_resource_s`)."""
-        return shared_resource_s(num_workers, self.worker_load_s + self.send_s, self.serial_s)
+        return shared_resource_s(num_workers, self.worker_load_s + self.send_s, self.serial_s, self.serial_cv2)
 
     def main_alone_s(self) -> float:
         """The main process's seconds per batch with nothing else busy: its floor measured at
@@ -301,6 +322,11 @@ def choose_workers(costs: Costs, current: int, top: int, avoid: frozenset[int] |
     rules = ((lambda w: times[w] <= best * 1.02 and costs.workers_s(w) <= HEADROOM * costs.main_s(w),
               f"the fewest workers that, by the model, deliver a batch in at most {HEADROOM:.0%} of the "
               "main process's time per batch"),
+             (lambda w: times[w] <= best * 1.02 and 0 < costs.serial_s
+              and (costs.worker_load_s + costs.send_s) / w <= HEADROOM * costs.serial_s,
+              f"the fewest workers that reach the model's best time asking for the resource they share "
+              f"{1 / HEADROOM - 1:.0%} more often than it serves (so that holds a little longer than the fitted "
+              "ones still keep it busy)"),
              (lambda w: times[w] <= best * 1.02,
               "the fewest workers that reach the model's best time per batch on these cores"))
     for rule, why in rules:

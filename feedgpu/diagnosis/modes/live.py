@@ -538,7 +538,8 @@ class _Diagnosis:
         """The scaling runs (:meth:`scaling_counts`), as many as the phase has room for:
         the nearest counts first, then the farthest beyond, then the one half-way; each
         run's share of what is left in proportion to what it needs for the baseline's count
-        of timed batches, and never less than what it needs to be a point (:func:`~feedgpu.diagnosis.sensing.runs.min_timed`)."""
+        of timed batches, and never less than what it needs to be a point (:func:`~feedgpu.diagnosis.sensing.runs.min_timed`).
+        They run in that order too: where one overruns its share, the one half-way is lost."""
         self.budget.begin("scaling")
         counts = self.scaling_counts()
         order = counts[:2] + sorted(counts[2:], reverse=True)  # near, then the farthest beyond, then half-way
@@ -557,12 +558,15 @@ class _Diagnosis:
             order = [w for w in order if w in kept]
             if not counts:
                 break
-            w = counts[0]  # in ascending order, so each run's estimate can lean on the last
-            needs = [self.run_need_s(v, timed) for v in counts]
+            # in order of priority, so that a run which overran its share costs the half-way point, never
+            # the farthest: beyond the best is where a resource the workers share shows, and a second point
+            # showing it is what lets the model be checked on it out of sample
+            w = order[0]
+            needs = [self.run_need_s(v, timed) for v in order]
             share = max(room * needs[0] / sum(needs), self.run_need_s(w, min_timed(w)))
             self.scaling[w] = self.run(f"num_workers={w}", self.estimate_s(w), time.perf_counter() + share,
                                        num_workers=w)
-            counts, order = counts[1:], [v for v in order if v != w]
+            counts, order = [v for v in counts if v != w], order[1:]
         self.budget.done()
 
     def what_if(self, chosen: dict[str, Any]) -> None:

@@ -38,6 +38,7 @@ from typing import Any
 from ...base.checks import check_number, check_seconds
 from ..evidence import Evidence, MemoryGrowth
 from ..conclusion import Model, conclude
+from ..fitting import is_check_note
 from ..report import Diagnosis
 from ..whatif import Costs
 
@@ -236,8 +237,10 @@ def replay(source: str | os.PathLike[str] | dict[str, Any], *, step_s: float | N
         try_first = {**conclusion.tries[0], "measured_speedup": None, "note": "not measured (a replay)"}
         if try_first["setting"] == "collate_fn":
             try_first["value"] = (data.get("try_first") or {}).get("value")
+    # the source's own check is drawn again here: its notes give way to the conclusion's
+    kept = [n for n in data.get("notes") or [] if not is_check_note(n)]
     return conclusion.diagnosis(
-        try_first=try_first, notes=notes + list(data.get("notes") or []), model={**model, **inputs},
+        try_first=try_first, notes=notes + kept, model={**model, **inputs},
         breakdown={**data["breakdown"], "step_s": ev.step_s, "s_per_batch": ev.s_per_batch, "wait_s": ev.wait_s,
                    "pin_s": (costs.pin_s if ev.num_workers else (costs.pin_main_s or costs.pin_s)) or None},
         scaling=conclusion.scaling_rows(data.get("scaling") or []), memory=data.get("memory") or {},
