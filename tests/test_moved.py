@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import runpy
+import sys
 import tomllib
 from pathlib import Path
 
@@ -69,3 +71,13 @@ def test_the_course_imports_no_old_path():
             text = "\n".join("".join(cell["source"]) for cell in json.loads(text)["cells"])
         offenders += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in old.finditer(text)]
     assert not offenders, offenders
+
+
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules:RuntimeWarning")  # imported already by this session
+def test_the_recorder_runs_by_its_old_path_on_the_device(monkeypatch, capsys):
+    """``python3 -m feedgpu.workflows.record`` (the device's command, issue 42) runs the recorder."""
+    monkeypatch.setattr("sys.argv", ["feedgpu.workflows.record", "--help"])
+    monkeypatch.delitem(sys.modules, "feedgpu.workflows.record", raising=False)  # as in a fresh process
+    with pytest.raises(SystemExit) as stopped:
+        runpy.run_module("feedgpu.workflows.record", run_name="__main__", alter_sys=True)
+    assert stopped.value.code == 0 and "usage: feedgpu-record" in capsys.readouterr().out

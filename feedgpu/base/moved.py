@@ -11,6 +11,7 @@ release: :data:`REMOVED_IN` names the one that removes them.
 from __future__ import annotations
 
 import importlib
+import runpy
 import sys
 
 __all__ = ["MOVED", "REMOVED_IN", "alias"]
@@ -28,9 +29,16 @@ MOVED: dict[str, str] = {
     "feedgpu.accelerator": "feedgpu.models.accelerator",
     "feedgpu.remote_model": "feedgpu.models.remote_storage",
     "feedgpu.testing": "feedgpu.workflows.grading.testing",
+    # the device runs the recorder as ``python3 -m feedgpu.workflows.record`` (issue 42's command)
+    "feedgpu.workflows.record": "feedgpu.workflows.bench.record",
 }
 
 
 def alias(old: str) -> None:
-    """Make the module being imported as ``old`` the module it moved to (called by its file)."""
+    """Make the module being imported as ``old`` the module it moved to (called by its file);
+    run as ``python3 -m OLD``, run the new module as ``__main__``."""
+    if old == "__main__":
+        spec = sys._getframe(1).f_globals["__spec__"]  # the old path's file, run by ``-m``
+        runpy.run_module(MOVED[spec.name], run_name="__main__", alter_sys=True)
+        return
     sys.modules[old] = importlib.import_module(MOVED[old])
