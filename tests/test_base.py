@@ -76,3 +76,22 @@ def test_the_spin_loop_takes_the_cpu_time_asked():
     assert 0.05 <= used < 0.5, used
     with pytest.raises(ValueError):
         spin_cpu(-1)
+
+
+def _console_scripts() -> dict[str, str]:
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    return tomllib.loads(pyproject.read_text())["project"]["scripts"]
+
+
+@pytest.mark.parametrize("name", sorted(_console_scripts()))
+def test_every_console_command_says_a_usage_error_in_one_line_and_exits_2(name, capsys):
+    import importlib
+
+    module, _, attribute = _console_scripts()[name].partition(":")
+    main = getattr(importlib.import_module(module), attribute)
+    assert main(["--no-such-flag"]) == 2, name
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "error: " in said[0], (name, said)

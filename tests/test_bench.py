@@ -79,7 +79,7 @@ def test_gpu_bench_says_why_it_measured_nothing_without_cuda():
     assert reason in figures[0]["note"], figures[0]["note"]
 
 
-def test_gpu_bench_replays_a_recorded_machine(tmp_path):
+def test_gpu_bench_replays_a_recorded_machine(tmp_path, capsys):
     """--only gpu --readings: the gpu section's figures from the H200's readings, named as that machine's."""
     out = tmp_path / "bench.json"
     assert bench.main(["--only", "gpu", "--readings", "h200-2026-11-26", "--output", str(out)]) == 0
@@ -97,8 +97,10 @@ def test_gpu_bench_replays_a_recorded_machine(tmp_path):
                   "gpu first pin / later pins", "gpu loop, plain copies", "gpu loop, pinned + non_blocking + prefetch",
                   "gpu overlap gain", "gpu model / measured, plain loop", "gpu model / measured, overlapped loop"}
     assert live_names <= set(figures), f"the live section's names: missing {live_names - set(figures)}"
-    with pytest.raises(SystemExit):
-        bench.main(["--only", "gpu", "model", "--readings", "h200-2026-11-26", "--output", str(out)])
+    capsys.readouterr()
+    assert bench.main(["--only", "gpu", "model", "--readings", "h200-2026-11-26", "--output", str(out)]) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said == ["feedgpu-bench: error: --readings replays the gpu section only: use it with --only gpu"], said
 
 
 def test_serialised_records_come_back_equal():

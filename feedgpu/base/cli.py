@@ -1,9 +1,8 @@
 """One runner for every console command of the course: what a usage error and Ctrl-C do.
 
-Every command (``feedgpu-diagnose``, ``feedgpu-record``, ``feedgpu-grade``, ...) runs its
-body through :func:`run_command`, and all but ``feedgpu-bench`` (whose usage error is
-argparse's own two lines, exit status 2) parse with :class:`OneLineParser`, so that they
-end alike:
+Every command (``feedgpu-diagnose``, ``feedgpu-record``, ``feedgpu-grade``,
+``feedgpu-bench``, ...) runs its body through :func:`run_command` and parses with
+:class:`OneLineParser`, so that they end alike:
 
 * a usage error (a bad argument, a file that is not there, a setting refused) is one
   line, ``PROG: error: WHAT``, on standard error, and exit status 2 (argparse's own);

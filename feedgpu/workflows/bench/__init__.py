@@ -11,7 +11,6 @@ are ratios between figures of the same run (``make bench``).
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -23,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ...base.cli import run_command
+from ...base.cli import OneLineParser, run_command
 from ...base.files import write_json_atomically
 from .. import COURSE_ROOT as ROOT
 
@@ -353,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="feedgpu-bench", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="feedgpu-bench", description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "bench.json")
     parser.add_argument("--only", nargs="*", choices=sorted(BENCHES | EXTRA), help="run only these")
     parser.add_argument("--readings", metavar="FOLDER",
