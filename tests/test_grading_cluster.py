@@ -41,6 +41,34 @@ def test_the_fingerprint_changes_with_what_decides_a_grade():
     assert digest({"ab": b"c"}, {}) != digest({"a": b"bc"}, {}), "names and contents do not run together"
 
 
+def test_the_course_is_scattered_again_once_its_copy_on_the_workers_is_gone():
+    """Dask's memory manager keeps as few copies of a scattered key as its waiting tasks
+    need, so a lost worker can take the course's last copy: the next submission would be
+    cancelled for lost dependencies. The course is then scattered again."""
+    import time
+
+    from distributed import Client, LocalCluster
+    from distributed.client import FutureCancelledError
+
+    from feedgpu.workflows.grading.cluster import Course, CourseOnWorkers, lost_dependencies
+
+    course = Course(b"registered", {"tiny": {"tiny.ipynb": b"{}"}}, {"tiny": {"tiny.ipynb": b"{}"}})
+    with LocalCluster(n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        on = CourseOnWorkers(client, course)
+        first = on.future()
+        assert on.future() is first, "scattered once while its copy is there"
+        client.cancel(first)  # its copy gone, as with the last worker that held it
+        deadline = time.monotonic() + 10
+        while first.status == "finished" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        again = on.future()
+        assert again is not first and again.result() == course
+    assert lost_dependencies(FutureCancelledError("grade-ada", "lost dependencies"))
+    assert not lost_dependencies(FutureCancelledError("grade-ada", "unknown"))
+    assert not lost_dependencies(RuntimeError("the notebook failed"))
+
+
 def test_the_readme_slurm_example_makes_a_job_of_two_graders():
     """The README's dask-jobqueue example, up to submitting jobs: its job script starts two
     one-thread workers with the course's Python, and no nanny memory limit below the sandbox's."""

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .sandbox import Limits, reap_orphans
 from .submission import grade_one
@@ -36,6 +37,32 @@ logger = logging.getLogger("grade")
 #: How often Dask starts a task again after the worker that ran it died (the scheduler's
 #: ``allowed-failures``, for a local cluster; a cluster of yours keeps its own setting).
 ALLOWED_FAILURES = 3
+
+
+class CourseOnWorkers:
+    """The course scattered to every worker of a Dask ``client``, and again once it is lost.
+
+    Dask's Active Memory Manager (on by default in the installed ``distributed``:
+    ``active_memory_manager.ReduceReplicas``) drops a broadcast key's replicas down to what
+    its waiting tasks need, so a worker lost can take the last copy with it, and a task
+    submitted after that is cancelled for "lost dependencies" (:func:`lost_dependencies`).
+    :meth:`future` scatters the course again whenever its copy is not there.
+    """
+
+    def __init__(self, client: Any, course: "Course") -> None:
+        self.client, self.course, self._future = client, course, None
+
+    def future(self) -> Any:
+        """The course's future on the workers: the last one scattered, or a new one where
+        that one is lost (or cancelled)."""
+        if self._future is None or self._future.status != "finished":
+            self._future = self.client.scatter(self.course, broadcast=True, hash=False)
+        return self._future
+
+
+def lost_dependencies(err: BaseException) -> bool:
+    """Whether a task was cancelled because data it needed was lost with a worker."""
+    return getattr(err, "reason", None) == "lost dependencies"
 
 
 def read_tree(folder: Path) -> dict[str, bytes]:

@@ -54,7 +54,8 @@ from .. import COURSE_ROOT as ROOT
 from ...base.checks import check_int
 from ...base.cli import OneLineParser, UsageError, run_command
 from ...base.files import replacing_folder, write_atomically
-from .cluster import Course, Graded, Submission, digest, grade_on_worker, open_client, read_tree, write_tree
+from .cluster import (ALLOWED_FAILURES, Course, CourseOnWorkers, Graded, Submission, digest, grade_on_worker,
+                      lost_dependencies, open_client, read_tree, write_tree)
 from .course_layout import SOURCE, assignments
 from .sandbox import Limits, reap_orphans
 from .submission import (Result, assignment_maxima, failed_result, generate_feedback, read_all_scores, read_scores,
@@ -277,18 +278,21 @@ def grade_class(submissions: Path, workdir: Path, limits: Limits = Limits(),
         try:
             with open_client(jobs, scheduler) as client, \
                     tqdm(total=len(todo), desc="grading", unit="submission", disable=not progress) as bar:
-                shared = client.scatter(course, broadcast=True, hash=False)
-                waiting, running, by_key = iter(todo), as_completed(), {}
+                shared = CourseOnWorkers(client, course)
+                waiting, running, by_key, resent = iter(todo), as_completed(), {}, {}
+
+                def send(pair: tuple[str, str]) -> None:
+                    sub = Submission(*pair, read_tree(submissions / pair[0] / pair[1]), prints[pair])
+                    again = f"-again{resent[pair]}" if pair in resent else ""
+                    future = client.submit(grade_on_worker, shared.future(), sub, limits, cell_timeout, pure=False,
+                                           key=f"grade-{pair[0]}/{pair[1]}-{prints[pair][:12]}{again}")
+                    by_key[future.key] = pair
+                    running.add(future)
 
                 def send_next() -> None:
                     pair = next(waiting, None)
-                    if pair is None:
-                        return
-                    sub = Submission(*pair, read_tree(submissions / pair[0] / pair[1]), prints[pair])
-                    future = client.submit(grade_on_worker, shared, sub, limits, cell_timeout, pure=False,
-                                           key=f"grade-{pair[0]}/{pair[1]}-{prints[pair][:12]}")
-                    by_key[future.key] = pair
-                    running.add(future)
+                    if pair is not None:
+                        send(pair)
 
                 for _ in range(max(4, 2 * sum(client.nthreads().values()))):  # a window, not the class
                     send_next()
@@ -297,6 +301,13 @@ def grade_class(submissions: Path, workdir: Path, limits: Limits = Limits(),
                     try:
                         graded = future.result()
                     except Exception as err:  # noqa: BLE001 (no worker could grade it: say so, go on)
+                        if lost_dependencies(err) and resent.get(pair, 0) < ALLOWED_FAILURES:
+                            # the course's last copy went with a lost worker before this one started:
+                            # nothing was graded, so it is sent again with the course scattered again
+                            resent[pair] = resent.get(pair, 0) + 1
+                            future.release()
+                            send(pair)
+                            continue
                         done[pair] = _worker_failure(*pair, err, _maxima_of(workdir, pair[1]))
                     else:
                         done[pair] = record(workdir, graded)
