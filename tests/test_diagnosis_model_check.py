@@ -28,7 +28,7 @@ from feedgpu.diagnosis.evidence import Evidence
 from feedgpu.diagnosis.conclusion import Conclusion, Model, conclude
 from feedgpu.diagnosis.fitting import BAND, check_model
 from feedgpu.diagnosis.modes.live import Budget, _Diagnosis
-from feedgpu.diagnosis.whatif import Costs, choose_workers, predicted_tries, shared_resource_s
+from feedgpu.diagnosis.whatif import Costs, choose_workers, max_workers, predicted_tries, shared_resource_s
 from feedgpu.workloads.arrays import SleepArrayDataset, collate_list
 from feedgpu.workflows.bench.planted import PLANTED, SHARED
 
@@ -78,24 +78,26 @@ LOCKED = Costs(load_s=0.0345, step_s=0.0051, send_s=0.0014, receive_s=0.0011, cp
                main_floor_s=0.0057)
 
 
-def test_a_lock_held_the_same_time_every_batch_is_fitted_as_such_and_predicts_the_counts_beyond(monkeypatch):
+@pytest.mark.parametrize("cores", [2, 4, 8, 16])
+def test_a_lock_held_the_same_time_every_batch_is_fitted_as_such_and_predicts_the_counts_beyond(monkeypatch, cores):
     """Points of a lock held 9 ms a batch, every hold the same (the workers never queue until
     together they ask more than it serves: max(36 ms / w, 9 ms)): fitted as random holds, the
     resource comes out too fast from the points either side of the knee and 8 workers are
     predicted 19% too fast; fitted with how regular its holds are, every count is predicted
     from the others within 10%, and the count advised asks for the lock a quarter more often
     than it serves, past the knee at 4."""
-    cycle = LOCKED.load_s + LOCKED.send_s
-    truth = {w: max(cycle / w, 0.009) if w else LOCKED.s_per_batch(0) for w in (0, 1, 2, 5, 8)}
-    check = check_model(LOCKED, truth)
+    probes = replace(LOCKED, cores=cores)
+    cycle = probes.load_s + probes.send_s
+    truth = {w: max(cycle / w, 0.009) if w else probes.s_per_batch(0) for w in (0, 1, 2, 5, 8)}
+    check = check_model(probes, truth)
     assert check.correction and check.correction["fitted"] == ["serial_s", "serial_cv2"], check.notes
     assert check.correction["serial_cv2"] == 0.0 and check.correction["serial_s"] == pytest.approx(0.009, rel=0.1)
     assert all(0.9 <= r <= 1.1 for r in check.ratios().values()), check.ratios()
     assert "the same time every batch" in " ".join(check.notes)
-    chosen, why = choose_workers(check.costs, 1, 8)
+    chosen, why = choose_workers(check.costs, 1, max_workers(cores))
     assert chosen == 5 and "more often than it serves" in why, (chosen, why)
     monkeypatch.setattr(fitting, "FAMILIES", tuple(f for f in fitting.FAMILIES if "serial_cv2" not in f))
-    random_only = check_model(LOCKED, truth)
+    random_only = check_model(probes, truth)
     assert random_only.ratios()[8] > 1.15, "holds taken as random: the counts beyond come out too fast"
 
 
@@ -111,6 +113,7 @@ def test_a_resource_the_probes_cannot_see_is_fitted_from_the_points():
     assert check.trusted and all(BAND[0] <= r <= BAND[1] for r in check.ratios().values()), check.ratios()
     assert not all(BAND[0] <= r <= BAND[1] for r in check.ratios(check.probes).values()), "the probes missed"
     assert any("a resource the workers share" in n for n in check.notes)
+    assert all(fitting.is_check_note(n) for n in check.notes), "a replay knows the check's notes for its own"
 
 
 def test_a_model_that_holds_is_left_alone_and_close_points_correct_nothing():
@@ -119,6 +122,7 @@ def test_a_model_that_holds_is_left_alone_and_close_points_correct_nothing():
     far = {14: PROBES.s_per_batch(14) * 0.6, 15: PROBES.s_per_batch(15) * 0.6, 16: PROBES.s_per_batch(16) * 0.6}
     close = check_model(PROBES, far)
     assert close.correction is None and any("too close together" in n for n in close.notes), close.notes
+    assert all(fitting.is_check_note(n) for n in close.notes), close.notes
 
 
 def test_one_point_that_shows_a_slower_main_process_corrects_it_in_sample_and_says_so():
@@ -133,6 +137,7 @@ def test_one_point_that_shows_a_slower_main_process_corrects_it_in_sample_and_sa
     check = check_model(costs, measured)
     assert check.correction is not None and check.correction["fitted"] == ["sharing"], check.notes
     assert check.correction["checked"] is False and any("not checked out of sample" in n for n in check.notes)
+    assert all(fitting.is_check_note(n) for n in check.notes), check.notes
     assert check.costs.s_per_batch(15) == pytest.approx(truth.s_per_batch(15), rel=0.1), "corrected where unmeasured"
     measured_sharing = check_model(costs, measured, fit_sharing=False).correction or {"fitted": []}
     assert "sharing" not in measured_sharing["fitted"], "sharing measured: never refitted"

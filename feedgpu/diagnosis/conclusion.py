@@ -24,7 +24,7 @@ from typing import Any
 
 from .causes import Finding, find_causes, verdict_of
 from .evidence import Evidence
-from .fitting import Check, apply_correction, check_model
+from .fitting import PARAMETERS, Check, apply_correction, check_model
 from .report import Diagnosis
 from .whatif import Costs, max_workers, predicted_tries
 
@@ -148,7 +148,7 @@ def conclude(evidence: Evidence, model: Model | None = None, *, cores: float | N
         measured = None  # the points were measured on the loop as it was, not on this one
     # a fix keeps the resource the workers share and the main process's sharing; its items were
     # timed again (one thread per pool) or its hand-over is another, so the load's scale stays the probe's
-    kept = {k: v for k, v in (chose.correction or {}).items() if k in ("serial_s", "serial_cv2", "sharing")}
+    kept = {k: v for k, v in (chose.correction or {}).items() if k in PARAMETERS and k != "load_scale"}
     costs = chose.costs
     fixed = apply_correction(model.fixed_costs, kept) if model.fixed_costs is not None else None
     threads = apply_correction(model.thread_costs, kept) if model.thread_costs is not None else None

@@ -101,14 +101,12 @@ def _candidates(costs: Costs, family: tuple[str, ...]) -> Iterable[dict[str, flo
         for scale in _SCALES:
             yield {"load_scale": scale}
     elif family == ("serial_s",):
-        cycle = costs.worker_load_s + costs.send_s
         for share in _SHARES:
-            yield {"serial_s": share * cycle}
+            yield {"serial_s": share * costs.worker_cycle_s}
     elif family == ("serial_s", "serial_cv2"):
-        cycle = costs.worker_load_s + costs.send_s
         for cv2 in _IRREGULARITY:
             for share in _SHARES:
-                yield {"serial_s": share * cycle, "serial_cv2": cv2}
+                yield {"serial_s": share * costs.worker_cycle_s, "serial_cv2": cv2}
     else:
         for scale in _COARSE_SCALES:
             cycle = costs.load_s * scale + costs.send_s

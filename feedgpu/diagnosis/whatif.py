@@ -188,6 +188,11 @@ class Costs:
         """Seconds one worker needs to build a batch: the probe's load times ``load_scale``."""
         return self.load_s * self.load_scale
 
+    @property
+    def worker_cycle_s(self) -> float:
+        """Seconds one worker spends on a batch: building it and its part of the hand-over."""
+        return self.worker_load_s + self.send_s
+
     def worker_cpu_s(self) -> float:
         """CPU seconds the workers spend per batch: the CPU part of loading, and sending."""
         return self.worker_load_s * self.cpu_share + self.send_s
@@ -196,7 +201,7 @@ class Costs:
         """Seconds per batch ``num_workers`` (> 0) workers deliver, the cores aside: their
         load and sending over their count, or the queue for a resource they share
         (:func:`shared_resource_s`)."""
-        return shared_resource_s(num_workers, self.worker_load_s + self.send_s, self.serial_s, self.serial_cv2)
+        return shared_resource_s(num_workers, self.worker_cycle_s, self.serial_s, self.serial_cv2)
 
     def main_alone_s(self) -> float:
         """The main process's seconds per batch with nothing else busy: its floor measured at
@@ -323,7 +328,7 @@ def choose_workers(costs: Costs, current: int, top: int, avoid: frozenset[int] |
               f"the fewest workers that, by the model, deliver a batch in at most {HEADROOM:.0%} of the "
               "main process's time per batch"),
              (lambda w: times[w] <= best * 1.02 and 0 < costs.serial_s
-              and (costs.worker_load_s + costs.send_s) / w <= HEADROOM * costs.serial_s,
+              and costs.worker_cycle_s / w <= HEADROOM * costs.serial_s,
               f"the fewest workers that reach the model's best time asking for the resource they share "
               f"{1 / HEADROOM - 1:.0%} more often than it serves (so that holds a little longer than the fitted "
               "ones still keep it busy)"),

@@ -544,19 +544,18 @@ class _Diagnosis:
         counts = self.scaling_counts()
         order = counts[:2] + sorted(counts[2:], reverse=True)  # near, then the farthest beyond, then half-way
         timed = self.baseline_timed or 8
-        while counts:
+        while order:
             room = self.budget.deadline("scaling") - time.perf_counter()
             kept, total = [], 0.0
             for w in order:  # what fits, in order of priority
                 if total + self.run_need_s(w, min_timed(w)) <= room:
                     kept.append(w)
                     total += self.run_need_s(w, min_timed(w))
-            for w in [w for w in counts if w not in kept]:
+            for w in [w for w in counts if w in order and w not in kept]:
                 self.scaling[w] = self.run(f"num_workers={w}", self.estimate_s(w), time.perf_counter(),
                                            num_workers=w)  # not measured: it says why
-            counts = [w for w in counts if w in kept]
-            order = [w for w in order if w in kept]
-            if not counts:
+            order = kept  # what fits, in order of priority
+            if not order:
                 break
             # in order of priority, so that a run which overran its share costs the half-way point, never
             # the farthest: beyond the best is where a resource the workers share shows, and a second point
@@ -566,7 +565,7 @@ class _Diagnosis:
             share = max(room * needs[0] / sum(needs), self.run_need_s(w, min_timed(w)))
             self.scaling[w] = self.run(f"num_workers={w}", self.estimate_s(w), time.perf_counter() + share,
                                        num_workers=w)
-            counts, order = [v for v in counts if v != w], order[1:]
+            order = order[1:]
         self.budget.done()
 
     def what_if(self, chosen: dict[str, Any]) -> None:

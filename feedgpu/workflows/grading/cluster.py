@@ -35,7 +35,8 @@ from .submission import grade_one
 logger = logging.getLogger("grade")
 
 #: How often Dask starts a task again after the worker that ran it died (the scheduler's
-#: ``allowed-failures``, for a local cluster; a cluster of yours keeps its own setting).
+#: ``allowed-failures``, for a local cluster; a cluster of yours keeps its own setting), and
+#: how often a submission is sent again after a lost worker took the course's last copy.
 ALLOWED_FAILURES = 3
 
 
