@@ -159,7 +159,13 @@ def thread_oversubscription() -> DataLoader:
     """One persistent worker per usable core (at least 2) over items of numpy matrix
     products (:class:`~feedgpu.workloads.cost.MatmulDataset`, about 3 ms of one core each),
     batches of 4: numpy's BLAS keeps its default pool, one thread per core, in every worker,
-    so the workers run cores x cores threads on the cores."""
+    so the workers run cores x cores threads on the cores.
+
+    Diagnosed with a 5 ms step (:data:`PLANTED`): with one thread per pool the workers
+    deliver a batch in about 3 ms on 2 cores, so the loop is fed; the pools' turn-taking
+    makes them 2 to 8 times slower, varying from run to run and machine to machine, and
+    only a step well below what the slowest of those delivers keeps the loop input-bound on
+    every run (a 10 ms step left it waiting 20% of its time on one CI machine, 23-87% here)."""
     return DataLoader(MatmulDataset(4096, 192, 3), batch_size=4, num_workers=max(2, usable_cores()),
                       persistent_workers=True)
 
@@ -239,7 +245,7 @@ PLANTED: dict[str, Planted] = {
     "hand-over": Planted(hand_over, 0.010, "hand-over", "collate_fn"),
     "worker-start-up": Planted(worker_start_up, 0.020, "worker-start-up", "persistent_workers"),
     "memory-growth": Planted(memory_growth, 0.020, "memory-growth", None),
-    "thread-oversubscription": Planted(thread_oversubscription, 0.010, "thread-oversubscription", "worker_init_fn"),
+    "thread-oversubscription": Planted(thread_oversubscription, 0.005, "thread-oversubscription", "worker_init_fn"),
     "storage-bound": Planted(storage_bound, 0.020, "storage-bound", None),
     "serialised": Planted(serialised, 0.005, "serialised", None),
     "main-thread-work": Planted(main_thread_work, 0.025, "main-thread-work", None, HostWorkStep),
