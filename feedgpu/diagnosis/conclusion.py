@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .causes import Finding, find_causes, verdict_of
-from .evidence import Evidence
+from .evidence import MODERATE_SHARE, Evidence, ms, pct
 from .fitting import PARAMETERS, Check, apply_correction, check_model
 from .report import Diagnosis
 from .whatif import Costs, max_workers, predicted_tries
@@ -112,10 +112,27 @@ class Conclusion:
         if self.costs is not None:
             top = max_workers(ev.cores)
             kept.update(max_workers=top, check=self.check.to_dict() if self.check is not None else None)
-            extra.update(explanation=self.costs.explain(ev.num_workers), model_s_per_batch=self.costs.by_workers(top))
+            extra.update(explanation=self.costs.explain(ev.num_workers) + waited_anyway(self.costs, ev),
+                         model_s_per_batch=self.costs.by_workers(top))
         return Diagnosis(verdict=self.verdict, causes=self.causes, data_wait_share=wait, busy_share=busy_share,
                          try_first=try_first, findings=self.findings, notes=list(notes or []) + self.notes,
                          model=kept, evidence=ev.to_dict(), **extra, **fields)
+
+
+def waited_anyway(costs: Costs, ev: Evidence) -> str:
+    """A sentence where the model's loop is fed (it never waits for data) but the measured
+    one waited for its batches, besides receiving them, at least :data:`MODERATE_SHARE` of its
+    time: the model holds means, and the workers delivered more slowly or less evenly than
+    they say. Empty where the measurement agrees or was not made."""
+    if not costs.fed(ev.num_workers) or not (ev.s_per_batch > 0 and math.isfinite(ev.wait_s)):
+        return ""
+    receiving = ev.main_next_cpu_s if math.isfinite(ev.main_next_cpu_s) else 0.0
+    starved = ev.wait_s - receiving
+    if starved / ev.s_per_batch < MODERATE_SHARE:
+        return ""
+    return (f" Measured, though, the loop waited {ms(starved)} a batch for data besides receiving it "
+            f"({pct(starved / ev.s_per_batch)} of its time): its workers delivered more slowly, or less evenly, "
+            "than the model's means say.")
 
 
 def conclude(evidence: Evidence, model: Model | None = None, *, cores: float | None = None,

@@ -40,6 +40,12 @@ are what the model is judged by, out of sample:
   has parameters, counts at least :data:`SPAN` apart, and a value some point depends on
   (its stage sets that point's pace, :func:`_identified`); otherwise the check says the
   points cannot correct the model, and what they would need.
+  Where no family predicts the points better from each other, one point may be all that
+  shows a quantity: a family fitted to every point is taken then, but only where it puts
+  every one of them inside the band (a correction that misses the points it was fitted
+  to, as a loop whose third worker runs four times slower than its second makes every
+  family do, explains nothing, and the probes' model stands), and it is said not to be
+  checked out of sample.
 * **A model that still misses** a point after the correction explains no longer what was
   measured: :attr:`Check.trusted` is False, and the diagnosis advises only a worker
   count it measured (:func:`~feedgpu.diagnosis.whatif.predicted_tries`).
@@ -287,7 +293,10 @@ def check_model(costs: Costs, measured: dict[int, float], held_out: dict[int, fl
             values = None if "sharing" in family and not fit_sharing else _fit(costs, family, points)
             if values is None:
                 continue
-            error = worst({w: replace(costs, **values).s_per_batch(w) for w in points})
+            fitted = {w: replace(costs, **values).s_per_batch(w) for w in points}
+            if not all(_within(points[w], fitted[w]) for w in points if w > 0):
+                continue  # a correction that misses the very points it was fitted to explains nothing
+            error = worst(fitted)
             if error < best_error - TIE:
                 in_sample, best_error = family, error
     reported = {**choice_loo, **held_out}  # a held-out point: what was predicted before it was measured

@@ -252,6 +252,18 @@ class Costs:
         """The model's seconds per batch for 0 to ``top`` workers, keyed by the count as a string."""
         return {str(w): self.s_per_batch(w) for w in range(top + 1)}
 
+    def fed(self, num_workers: int) -> bool:
+        """Whether, in the model, ``num_workers`` (> 0) workers keep the loop fed: what sets its
+        pace is the main process (its step, receiving, pinning), not the workers, a resource
+        they share, the storage or the cores, so the loop never waits for data."""
+        if num_workers <= 0:
+            return False
+        pace = self.s_per_batch(num_workers)
+        floor = self.floor_s()
+        below = pace * (1 - BALANCE_TOLERANCE)
+        return (self.workers_s(num_workers) < below and self.storage_s < below
+                and (floor is None or floor < below))
+
     def explain(self, num_workers: int) -> str:
         """The model in words: :func:`feedgpu.models.pipeline.explain_bottleneck`, or, where the cores
         set the pace (which that function leaves out), a sentence saying so."""
