@@ -34,6 +34,7 @@ the source, not measured.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -83,8 +84,10 @@ class ReplayedStep:
 
     ``parallel_share``: the share of ``cpu_s`` the original spent in torch's parallel
     regions (0: none; 1: all of it, on every one of torch's threads). That share is played
-    as a fixed number of additions of one large tensor, each a parallel region on torch's
-    threads, the number calibrated at the first call to take that much CPU, so that beside
+    as a fixed number of matrix products of one size (:data:`_REGION_SIDE`), each a parallel
+    region on torch's threads as a step's products are, the number calibrated at the first
+    call to take that much CPU on a quiet machine (from the fastest of a few regions timed,
+    :data:`_CALIBRATION_REGIONS`), so that beside
     busy workers it is stretched as the original was: a region ends only when its last
     thread has had a core, and its threads spin-wait for work a while after it (a busy
     machine makes this thread's CPU grow, not only its wall time, so a replay held to a CPU
@@ -116,19 +119,21 @@ class ReplayedStep:
         import torch
 
         if self._tensors is None:
-            a = torch.ones(_REGION_ELEMENTS)
+            a = torch.full((_REGION_SIDE, _REGION_SIDE), 1.0 / _REGION_SIDE)
             self._tensors = (a, torch.empty_like(a))
         a, out = self._tensors
-        if self._regions is None:  # as many regions as take the share's CPU, the machine as it is now
-            torch.add(a, a, out=out)  # the first region starts torch's threads: not counted
-            deadline, regions = time.thread_time() + self.cpu_s * self.parallel_share, 0
-            while regions == 0 or time.thread_time() < deadline:
-                torch.add(a, a, out=out)
-                regions += 1
-            self._regions = regions
-            return
-        for _ in range(self._regions):
-            torch.add(a, a, out=out)
+        played = 0
+        if self._regions is None:  # as many regions as take the share's CPU on a quiet machine
+            torch.mm(a, a, out=out)  # the first region starts torch's threads: not counted
+            fastest = math.inf
+            for played in range(1, _CALIBRATION_REGIONS + 1):
+                start = time.thread_time()
+                torch.mm(a, a, out=out)
+                fastest = min(fastest, time.thread_time() - start)
+            share_s = self.cpu_s * self.parallel_share
+            self._regions = max(1, round(share_s / fastest)) if fastest > 0 else played
+        for _ in range(self._regions - played):
+            torch.mm(a, a, out=out)
 
     def __getstate__(self) -> dict[str, Any]:  # tensors and a calibration are this process's
         return {**self.__dict__, "_tensors": None, "_regions": None}
@@ -139,10 +144,18 @@ class ReplayedStep:
         return f"ReplayedStep(cpu_s={self.cpu_s:.4g}, device_s={self.device_s:.4g}{off}{par})"
 
 
-#: Elements of the tensor added in a replayed parallel region: above torch's grain for an
-#: elementwise operation (32,768), so that its threads take a part each, and small, so that a
-#: step's share is played as many short regions (a step's matrix products are each a region).
-_REGION_ELEMENTS = 1 << 16
+#: The side of the square matrices multiplied in a replayed parallel region: a product torch
+#: splits over its threads, about 0.8 ms of each of 2 threads (a small step's own products
+#: are each a region of that order). Regions far shorter are played in their thousands, each
+#: waiting for its last thread to get a core: as additions of 65,536 elements (7 us each) a
+#: 26 ms step replayed beside busy workers and another diagnosis took 1.3 s, and as
+#: additions of a million, 0.3 to 2 s, where the step it replays took 21 to 57 ms.
+_REGION_SIDE = 384
+#: Regions timed, all of them, to count those a step's parallel share takes: the fastest is
+#: the quiet machine's (a busy one only slows a region, its threads spinning meanwhile, which
+#: counts as this thread's CPU: regions played until the share's CPU was spent were 3 beside
+#: two busy processes, where a quiet machine needed 200 of the additions this replaced).
+_CALIBRATION_REGIONS = 8
 
 
 class TimedStep:
