@@ -231,6 +231,25 @@ def test_a_replayed_step_on_torch_s_threads_keeps_them_busy():
         ReplayedStep(0.01, 0.0, parallel_share=1.5)
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores for torch's threads")
+def test_a_replayed_step_plays_its_parallel_share_as_a_step_s_few_products():
+    """A 12.6 ms step, 90% of it on torch's 2 threads, is played as tens of regions a step's
+    matrix products would be, not thousands of tiny ones (each waits for its last thread to
+    get a core: 2,000 replayed a 26 ms step in 1.3 s beside busy workers). Counted from the
+    fastest region timed, a busy machine can only make them fewer (its threads' spinning
+    counts as CPU), never more: this holds on a loaded machine too."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        step = ReplayedStep(0.0126, 0.0, parallel_share=0.9)
+        step(None)
+        assert 1 <= step._regions <= 60, f"{step._regions} regions for 11 ms of parallel CPU"
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_a_baseline_far_faster_than_the_script_s_loop_says_the_items_were_warm():
     result = Diagnosis("input-bound", [], 0.9, 0.1, breakdown={"s_per_batch": 0.010})
     note = _warmed_note({"s_per_batch": 0.021}, result)
