@@ -252,33 +252,44 @@ class Costs:
         """The model's seconds per batch for 0 to ``top`` workers, keyed by the count as a string."""
         return {str(w): self.s_per_batch(w) for w in range(top + 1)}
 
+    def pace_setter(self, num_workers: int) -> str | None:
+        """What beyond the course's two stages sets the model's pace with ``num_workers``
+        workers: ``"shared"`` (a resource the workers share), ``"storage"`` or ``"cores"``;
+        None where the workers or the main process do (and with 0 workers)."""
+        if num_workers <= 0:
+            return None
+        below = self.s_per_batch(num_workers) * (1 - BALANCE_TOLERANCE)
+        floor = self.floor_s()
+        if self.serial_s > 0 and self.workers_s(num_workers) >= below:
+            return "shared"
+        if self.storage_s >= below:
+            return "storage"
+        if floor is not None and floor >= below:
+            return "cores"
+        return None
+
     def fed(self, num_workers: int) -> bool:
         """Whether, in the model, ``num_workers`` (> 0) workers keep the loop fed: what sets its
         pace is the main process (its step, receiving, pinning), not the workers, a resource
         they share, the storage or the cores, so the loop never waits for data."""
-        if num_workers <= 0:
-            return False
-        pace = self.s_per_batch(num_workers)
-        floor = self.floor_s()
-        below = pace * (1 - BALANCE_TOLERANCE)
-        return (self.workers_s(num_workers) < below and self.storage_s < below
-                and (floor is None or floor < below))
+        return (num_workers > 0 and self.pace_setter(num_workers) is None
+                and self.workers_s(num_workers) < self.s_per_batch(num_workers) * (1 - BALANCE_TOLERANCE))
 
     def explain(self, num_workers: int) -> str:
         """The model in words: :func:`feedgpu.models.pipeline.explain_bottleneck`, or, where the cores
         set the pace (which that function leaves out), a sentence saying so."""
         pace = self.s_per_batch(num_workers)
-        floor = self.floor_s()
-        if num_workers and self.serial_s > 0 and self.workers_s(num_workers) >= pace * (1 - BALANCE_TOLERANCE):
+        setter = self.pace_setter(num_workers)
+        if setter == "shared":
             return (f"A resource the workers share sets the pace: each batch holds it {self.serial_s * 1e3:.3g} ms "
                     f"(fitted to the measured points), so {num_workers} "
                     f"{'worker delivers' if num_workers == 1 else 'workers deliver'} a batch every "
                     f"{pace * 1e3:.3g} ms and more workers would only queue for it.")
-        if num_workers and self.storage_s >= pace * (1 - BALANCE_TOLERANCE):
+        if setter == "storage":
             return (f"The storage sets the pace: at the rate the workers reached together it needs "
                     f"{self.storage_s * 1e3:.3g} ms to deliver a batch's bytes, so the model's best is one batch "
                     f"every {pace * 1e3:.3g} ms whatever the number of workers.")
-        if num_workers and floor is not None and floor >= pace * (1 - BALANCE_TOLERANCE):
+        if setter == "cores":
             cpu = self.worker_cpu_s() + self.main_cpu_s()
             return (f"The cores set the pace: a batch needs {cpu * 1e3:.3g} ms of CPU to load, hand over and step, "
                     f"and this loop could have {self.cores:.2g} of the cores, so the model's best is one batch "
