@@ -16,40 +16,38 @@ import json
 import math
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from diagnose_runs import advised_budget, diagnose_run
 from feedgpu.diagnosis.sensing.steps import ReplayedStep
 from feedgpu.diagnosis.report import Diagnosis
 from feedgpu.diagnosis.modes.script import _compare, _not_measured, _warmed_note, steady_batches
-from feedgpu.diagnosis.modes.script_hooks import _matches, loop_figures, parallel_share
+from feedgpu.diagnosis.modes.script_hooks import TOO_FEW, _matches, loop_figures, parallel_share
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "tests" / "scripts"
-DIAGNOSE = Path(sys.executable).parent / "feedgpu-diagnose"
 
-#: script, its arguments, feedgpu-diagnose's options
+#: script, its arguments, feedgpu-diagnose's options, its budget (--max-seconds)
 RUNS = {
-    "bucketing": (["--epochs", "50"], ["--no-try", "--max-seconds", "6"]),
-    "hf_style": (["--epochs", "50"], ["--no-try", "--max-seconds", "5"]),
-    "streaming": (["--epochs", "50"], ["--no-try", "--max-seconds", "5"]),
-    "prefetch_wrapper": (["--epochs", "50"], ["--no-try", "--max-seconds", "5"]),
-    "blas_items": (["--epochs", "50", "--workers", "2"], ["--no-try", "--max-seconds", "5"]),
-    "train_val": (["--epochs", "50"], ["--no-try", "--max-seconds", "8"]),
-    "tqdm_cache": (["--epochs", "50", "--workers", "2", "--batch-size", "4"], ["--no-try", "--max-seconds", "12"]),
-    "rebuilt": (["--epochs", "50"], ["--max-seconds", "12"]),
+    "bucketing": (["--epochs", "50"], ["--no-try"], "6"),
+    "hf_style": (["--epochs", "50"], ["--no-try"], "5"),
+    "streaming": (["--epochs", "50"], ["--no-try"], "5"),
+    "prefetch_wrapper": (["--epochs", "50"], ["--no-try"], "5"),
+    "blas_items": (["--epochs", "50", "--workers", "2"], ["--no-try"], "5"),
+    "train_val": (["--epochs", "50"], ["--no-try"], "8"),
+    "tqdm_cache": (["--epochs", "50", "--workers", "2", "--batch-size", "4"], ["--no-try"], "12"),
+    "rebuilt": (["--epochs", "50"], [], "12"),
 }
 
 
 def _diagnose(name: str, tmp: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    args, options = RUNS[name]
+    """The script's run, with its budget (the advised one where that is refused: :mod:`diagnose_runs`)."""
+    args, options, budget = RUNS[name]
     out = tmp / f"{name}.json"
-    done = subprocess.run([str(DIAGNOSE), "run", *options, "--json", str(out), "--",
-                           "python", str(SCRIPTS / f"{name}.py"), *args],
-                          capture_output=True, text=True, timeout=240, cwd=ROOT)
+    done = diagnose_run(budget, options, out, ["python", str(SCRIPTS / f"{name}.py"), *args])
     found = json.loads(out.read_text()) if out.is_file() else {}
     return done, found
 
@@ -167,6 +165,19 @@ def test_a_run_out_of_budget_says_what_it_measured_and_the_budget_that_would_do(
     said = _not_measured(record, 20)
     assert "train.py:40: 5 batches, 1 timed" in said and "--max-seconds 50" in said, said
     assert "--max-seconds" not in _not_measured({"reason": "nothing ran"}, 20)
+
+
+def test_the_tests_rerun_a_refused_run_with_the_budget_its_error_advises():
+    """What ``feedgpu-diagnose run`` prints when the loop took too few batches, as the
+    command prints it (``command.py``: the program, ``error:``, the reason), gives the budget
+    the tests run again with; any other error gives none."""
+    record = {"reason": TOO_FEW, "loaders": [{"site": "train.py:61", "batches": 1, "timed": 0}], "partial": {"timed": 0}}
+    printed = "[script] a line of the script's\nfeedgpu-diagnose run: error: " + _not_measured(record, 4) + "\n"
+    assert advised_budget(printed) == "34"
+    assert advised_budget("feedgpu-diagnose run: error: " + _not_measured(record, 0.5)) == "30.5"
+    assert advised_budget("feedgpu-diagnose run: error: " + _not_measured({"reason": TOO_FEW}, 4)) is None
+    assert advised_budget("feedgpu-diagnose run: error: --max-seconds must be a finite number > 0, got 0") is None
+    assert advised_budget("") is None
 
 
 def test_a_loader_is_the_training_loop_s_by_where_it_was_built():

@@ -57,12 +57,15 @@ from typing import Any
 from ...base.files import write_json_atomically
 from ..report import json_ready
 
-__all__ = ["TIMED", "loader_signature", "loop_figures", "parallel_share", "timed_iterator", "main"]
+__all__ = ["TIMED", "TOO_FEW", "loader_signature", "loop_figures", "parallel_share", "timed_iterator", "main"]
 
 #: Batches timed in a script's training loop at most (after its warm-up).
 TIMED = 120
 #: Share of the first run's budget its loop may take to be measured (the rest: the diagnosis).
 MEASURE_SHARE = 0.35
+#: Why a run that timed fewer than 3 batches gave no diagnosis.
+TOO_FEW = ("the script ended, or its budget ran out, before a loop over a DataLoader took enough batches to time "
+           "(at least 3 after its warm-up)")
 
 
 def loader_signature(loader: Any) -> dict[str, Any]:
@@ -219,8 +222,7 @@ class _State:
                     why = f"the diagnosis of the script's loader failed: {type(err).__name__}: {err}"
                     record["diagnosis"] = loop_diagnosis(loop.loader, record["loop"], why)
         else:
-            record["reason"] = ("the script ended, or its budget ran out, before a loop over a DataLoader took "
-                                "enough batches to time (at least 3 after its warm-up)")
+            record["reason"] = TOO_FEW
             if loop is not None:
                 record["partial"] = {"timed": loop.timed, "site": loop.site}
         record["used_s"] = time.perf_counter() - self.began if math.isfinite(self.began) else None
