@@ -20,6 +20,8 @@ from __future__ import annotations
 import collections
 import json
 import multiprocessing
+import random
+import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -236,6 +238,36 @@ def test_worker_start_method_is_a_new_process_default_whatever_this_one_set():
     fresh, here, ranks = out
     assert here != fresh, f"the test should have changed this process's start method: {out}"
     assert ranks == fresh, f"a fresh process starts workers with {fresh}, worker_start_method says {ranks}"
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(not Path("/proc/sys/net/ipv4/ip_local_port_range").is_file(), reason="Linux's port range")
+def test_a_free_port_is_one_the_system_never_hands_out_itself(monkeypatch, tmp_path):
+    """A plan's phases bind their ports long after they are chosen: a port outside the range
+    Linux gives every outgoing connection is one no other connection can take meanwhile
+    (one in that range was, while the course was graded two notebooks at a time). Drawn
+    anew after ``random.seed``, as every notebook calls it; where no such port is free, one
+    the system chooses, never a port in use."""
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    drawn = []
+    for _ in range(20):
+        random.seed(0)
+        drawn.append(launch.free_port())
+    assert all(not low <= port <= high and port >= 1024 for port in drawn), (low, high, drawn)
+    assert len(set(drawn)) > 1, f"the same port after each random.seed(0): {drawn}"
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", drawn[0]))
+        monkeypatch.setattr(launch, "QUIET_PORTS", range(drawn[0], drawn[0] + 1))
+        port = launch.free_port()
+        assert port != drawn[0], "the only quiet port is in use"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # free indeed
+    everything = tmp_path / "ip_local_port_range"
+    everything.write_text("1024\t65535\n")
+    monkeypatch.setattr(launch, "EPHEMERAL_RANGE", everything)
+    monkeypatch.setattr(launch, "QUIET_PORTS", range(20000, 32768))
+    assert launch._quiet_ports() == range(20000, 1024) and launch.free_port() > 0
 
 
 @pytest.mark.unit
