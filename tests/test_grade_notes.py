@@ -54,3 +54,39 @@ def test_grade_class_rejects_a_bad_number_of_jobs(tmp_path, jobs):
     with pytest.raises(ValueError, match="jobs"):
         grade.grade_class(tmp_path, tmp_path / "grading", jobs=jobs)
     assert not (tmp_path / "grading").exists(), "a rejected run must leave no grading folder"
+
+
+#: nbgrader's output when the kernel ended before its first reply (seen on a fresh clone,
+#: two submissions graded at once in a network namespace of their own).
+NEVER_STARTED = ("[AutogradeApp | ERROR] There was an error processing assignment: ...\n"
+                 "RuntimeError: Kernel died before replying to kernel_info\n")
+
+
+@pytest.mark.parametrize("outcomes, runs, status", [
+    ([(1, NEVER_STARTED), (0, "")], 2, "graded"),  # graded again, once, and graded
+    ([(1, NEVER_STARTED), (1, NEVER_STARTED)], 2, "failed"),  # once only
+    ([(1, "nbclient.exceptions.DeadKernelError: Kernel died")], 1, "failed"),  # died running the student's cells
+    ([(None, NEVER_STARTED, "time")], 1, "failed"),  # stopped by a limit: the limit says why
+])
+def test_a_submission_whose_kernel_never_started_is_graded_again_once(monkeypatch, tmp_path, outcomes, runs, status):
+    """A kernel that ended before it answered its first request ran nothing of the
+    student's: the submission is graded again, once, with a note; a kernel that died while
+    running the notebook, or a limit, is the grade."""
+    from feedgpu.workflows.grading.sandbox import Outcome
+
+    (tmp_path / "submitted_in" / "ann" / "a1").mkdir(parents=True)
+    given = [Outcome(code, text, "", 1.0, 100.0, 3, *rest) for code, text, *rest in outcomes]
+    calls = []
+
+    def run_limited(cmd, limits, **kwargs):
+        calls.append(cmd)
+        return given[len(calls) - 1]
+
+    monkeypatch.setattr(submission, "run_limited", run_limited)
+    monkeypatch.setattr(submission, "read_scores", lambda *a: submission.Result("ann", "a1", "graded", 5.0, 8.0))
+    monkeypatch.setattr(submission, "failed", lambda w, s, a, why: submission.Result(s, a, "failed", 0.0, reason=why))
+    result = submission.grade_one(tmp_path / "work", tmp_path / "submitted_in", "ann", "a1",
+                                  submission.Limits(), cell_timeout=30)
+    assert len(calls) == runs and result.status == status, (calls, result)
+    again = [n for n in result.notes if "graded again" in n]
+    assert len(again) == (1 if outcomes[0][1] == NEVER_STARTED and runs == 2 else 0), result.notes

@@ -94,6 +94,22 @@ KNOWN_FAILURES = {
 }
 
 
+#: What nbclient says when the kernel process ended before it answered its first request:
+#: before any cell of the notebook ran, so never the student's doing. Seen once on a fresh
+#: clone, two submissions graded at once; a likely cause: jupyter_client picks a kernel's
+#: ports by binding port 0 and closing it, and keeps them from its other kernels only
+#: within one process (``jupyter_client/connect.py``, ``LocalPortCache``, its issue 487),
+#: so two gradings side by side can hand two kernels the same port.
+KERNEL_NEVER_STARTED = "Kernel died before replying to kernel_info"
+#: How many times a submission whose kernel never started is graded again.
+KERNEL_START_RETRIES = 1
+
+
+def kernel_never_started(text: str) -> bool:
+    """Whether nbgrader's output says the kernel ended before it ran anything."""
+    return KERNEL_NEVER_STARTED in text
+
+
 def _reason(text: str) -> str:
     """The most telling line of nbgrader's output for a failed submission."""
     for name, meaning in KNOWN_FAILURES.items():
@@ -222,8 +238,13 @@ def grade_one(workdir: Path, submissions: Path, student: str, assignment: str,
                          f"--ExecutePreprocessor.timeout={int(cell_timeout)}",
                          "--ExecutePreprocessor.shutdown_kernel=immediate"], workdir, source)
     # (a short name: multiprocessing puts its Unix sockets under it, 104 characters at most on macOS)
-    with tempfile.TemporaryDirectory(prefix="fg-", ignore_cleanup_errors=True) as tmp:
-        out = run_limited(cmd, limits, cwd=ROOT, env={**_env(), "TMPDIR": tmp})
+    for attempt in range(1 + KERNEL_START_RETRIES):
+        with tempfile.TemporaryDirectory(prefix="fg-", ignore_cleanup_errors=True) as tmp:
+            out = run_limited(cmd, limits, cwd=ROOT, env={**_env(), "TMPDIR": tmp})
+        if out.killed_for or not out.returncode or not kernel_never_started(out.stderr + out.stdout):
+            break
+        if attempt < KERNEL_START_RETRIES:
+            notes = notes + [f"the kernel died before it started ({KERNEL_NEVER_STARTED}): graded again"]
     why = ""
     if out.killed_for:
         why = describe(out, limits)
