@@ -20,7 +20,8 @@ In a working folder (default ``grading/``, kept between runs so no grade is ever
    ``grades.csv`` after each submission, so an interrupted run keeps every grade it made;
 3. a run grades only what is missing: a submission graded before, with the same files,
    the same instructor's assignment and the same limits, is kept as it was (``--regrade``
-   grades every one again). A submission whose worker died is graded again by another;
+   grades every one again). A submission whose worker died is graded again by another,
+   and one whose kernel died before it ran anything is graded again once (``submission.py``);
 4. HTML feedback goes to ``feedback/<student>/<assignment>/``, made once for the whole class
    after grading (one nbgrader run, not one per submission);
 5. ``grades.csv`` gets one row per student and assignment ever graded here: scores, the
