@@ -34,11 +34,10 @@ def diagnose_run(budget: str, options: list[str], out: Path, command: list[str],
                  timeout: float = 240) -> subprocess.CompletedProcess:
     """``feedgpu-diagnose run --max-seconds BUDGET OPTIONS --json OUT -- COMMAND`` from the
     repository's root; once more with the advised budget where the first is refused."""
-    for advised in (False, True):
-        done = subprocess.run([str(DIAGNOSE), "run", "--max-seconds", budget, *options, "--json", str(out), "--",
+    def run(seconds: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(DIAGNOSE), "run", "--max-seconds", seconds, *options, "--json", str(out), "--",
                                *command], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        again = advised_budget(done.stderr) if done.returncode == 2 else None
-        if again is None or advised:
-            return done
-        budget = again
-    return done
+
+    done = run(budget)
+    again = advised_budget(done.stderr) if done.returncode == 2 else None
+    return done if again is None else run(again)

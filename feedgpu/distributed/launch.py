@@ -212,7 +212,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     """
     draw = secrets.SystemRandom()
     ports = _quiet_ports()
-    for port in (draw.choice(ports) for _ in range(50 if len(ports) else 0)):
+    for _ in range(50 if ports else 0):
+        port = draw.choice(ports)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((host, port))
