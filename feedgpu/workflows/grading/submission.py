@@ -94,7 +94,8 @@ KNOWN_FAILURES = {
 }
 
 
-#: What nbclient says when the kernel process ended before it answered its first request:
+#: What jupyter_client says (``client.py``, ``wait_for_ready``) when the kernel process ended
+#: before it answered its first request, the kernel_info request nbclient sends first:
 #: before any cell of the notebook ran, so never the student's doing. Seen once on a fresh
 #: clone, two submissions graded at once; a likely cause: jupyter_client picks a kernel's
 #: ports by binding port 0 and closing it, and keeps them from its other kernels only
