@@ -1,4 +1,4 @@
-"""Notebook 02 (single vs multi-process): wrong answers and delegations (see ``__init__.py``).
+"""Notebook 02 (how many workers): wrong answers and delegations (see ``__init__.py``).
 
 The tests of ``measure`` sleep through loaders of known cost (one to two seconds each, and
 the one-kernel run runs each test twice per wrong answer that names it), so a wrong answer of
@@ -11,20 +11,26 @@ import textwrap
 from wrong_answers import wrong
 
 DELEGATIONS = {
-    "predict_speedup": """
-        from feedgpu.models.cores import model_speedup as predict_speedup
-    """,
     "measure": """
         def measure(loader, batches, warmup=2, repeats=3):
             timing = time_loader(loader, batches=batches, warmup=max(warmup - 1, 0), repeats=repeats)
             return timing.mean_s_per_batch, timing.std_s_per_batch
     """,
-    "time_epochs": """
-        def time_epochs(loader, epochs):
-            if epochs < 1:
-                raise ValueError(epochs)
-            timings = [time_loader(loader, warmup=0, repeats=1) for _ in range(epochs)]
-            return [(t.startup_s[0], t.startup_s[0] + t.s_per_batch[0] * t.n_batches[0]) for t in timings]
+    "sweep_workers": """
+        from feedgpu.measure.sweep import sweep
+
+
+        def sweep_workers(make_loader, workers):
+            result = sweep(make_loader, {"num_workers": list(workers)}, batches=BATCHES, repeats=REPEATS,
+                           progress=False)
+            return result[["num_workers", "mean_s_per_batch", "std_s_per_batch"]]
+    """,
+    "plot_workers": """
+        from feedgpu.plots import plot_sweep
+
+
+        def plot_workers(df, ax=None):
+            return plot_sweep(df, x="num_workers", ax=ax)
     """,
 }
 
@@ -70,58 +76,6 @@ def _measure_result(per_repeat: str) -> str:
                                          f"per_repeat.append({per_repeat})"))
 
 
-_SPEEDUP_TABLE = '''
-def speedup_table(df):
-    {check}
-    {body}
-    table["efficiency"] = table["speedup"] / table["num_workers"].clip(lower=1)
-    return table
-'''
-
-_GOOD_CHECK = '''
-baseline = df.loc[df["num_workers"] == 0, "mean_s_per_batch"]
-if len(baseline) != 1:
-    raise ValueError(f"need exactly one row with num_workers == 0, found {len(baseline)}")
-'''
-
-_GOOD_TABLE = '''
-table = df.sort_values("num_workers").reset_index(drop=True)
-table["speedup"] = float(baseline.iloc[0]) / table["mean_s_per_batch"]
-'''
-
-
-def _speedup_table(body: str = _GOOD_TABLE, check: str = _GOOD_CHECK) -> str:
-    return _src(_SPEEDUP_TABLE).format(check=_indent(check, 4), body=_indent(body, 4))
-
-
-_PREDICT_SPEEDUP = '''
-def predict_speedup(num_workers, cores, cpu_fraction):
-    if num_workers < 0 or cores < 1 or not 0 <= cpu_fraction <= 1:
-        raise ValueError(f"bad arguments: {{num_workers}}, {{cores}}, {{cpu_fraction}}")
-    if num_workers == 0:
-        return 1.0
-    {body}
-'''
-
-
-def _predict_speedup(body: str) -> str:
-    return _src(_PREDICT_SPEEDUP).format(body=_indent(body, 4))
-
-
-_TIME_EPOCHS = '''
-def time_epochs(loader, epochs):
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {{epochs}}")
-    results = []
-    {body}
-    return results
-'''
-
-
-def _time_epochs(body: str) -> str:
-    return _src(_TIME_EPOCHS).format(body=_indent(body, 4))
-
-
 WRONG_ANSWERS = [
     # ---------------------------------------------------------------- Part A: measure
     wrong("measure", "divides by warmup + batches", _measure_result("(time.perf_counter() - start) / (warmup + batches)"),
@@ -163,81 +117,116 @@ WRONG_ANSWERS = [
     """, "test_measure_repeats"),
     wrong("measure", "the population standard deviation (np.std)", _measure(std="float(np.std(per_repeat))"),
           "test_measure_repeats"),
-    # ---------------------------------------------------------------- Part B: speedup_table
-    wrong("speedup_table", "speed-up inverted (time / time at 0 workers)", _speedup_table("""
-            table = df.sort_values("num_workers").reset_index(drop=True)
-            table["speedup"] = table["mean_s_per_batch"] / float(baseline.iloc[0])
-          """), "test_speedup_table_values"),
-    wrong("speedup_table", "rows not sorted by num_workers", _speedup_table("""
-            table = df.copy()
-            table["speedup"] = float(baseline.iloc[0]) / table["mean_s_per_batch"]
-          """), "test_speedup_table_values"),
-    wrong("speedup_table", "sorts the DataFrame it is given in place", _speedup_table("""
-            df.sort_values("num_workers", inplace=True)
-            df.reset_index(drop=True, inplace=True)
-            table = df.copy()
-            table["speedup"] = float(baseline.iloc[0]) / table["mean_s_per_batch"]
-          """), "test_speedup_table_values"),
-    wrong("speedup_table", "index not reset after sorting", _speedup_table("""
-            table = df.sort_values("num_workers")
-            table["speedup"] = float(baseline.iloc[0]) / table["mean_s_per_batch"]
-          """), "test_speedup_table_values"),
-    wrong("speedup_table", "accepts two rows with 0 workers (takes the first)", _speedup_table(check="""
-            baseline = df.loc[df["num_workers"] == 0, "mean_s_per_batch"]
-            if baseline.empty:
-                raise ValueError("need a row with num_workers == 0")
-          """), "test_speedup_table_needs_baseline"),
-    # ---------------------------------------------------------------- Part C: predict_speedup
-    wrong("predict_speedup", "cores / cpu_fraction without the case cpu_fraction == 0 (ZeroDivisionError)",
-          _predict_speedup("return float(min(num_workers, cores / cpu_fraction))"),
-          "test_predict_speedup_waiting"),
-    wrong("predict_speedup", "min(num_workers, cores) whatever the items do",
-          _predict_speedup("return float(min(num_workers, cores))"),
-          "test_predict_speedup_waiting", "test_predict_speedup_mixed"),
-    wrong("predict_speedup", "ignores the cores (num_workers)", _predict_speedup("return float(num_workers)"),
-          "test_predict_speedup_computing", "test_predict_speedup_mixed"),
-    wrong("predict_speedup", "cores * cpu_fraction instead of cores / cpu_fraction",
-          _predict_speedup("return float(min(num_workers, cores * cpu_fraction))"),
-          "test_predict_speedup_waiting", "test_predict_speedup_mixed"),
-    # ---------------------------------------------------------------- Part D: time_epochs
-    wrong("time_epochs", "the epoch timed from the first batch", _time_epochs("""
-            for _ in range(epochs):
-                start = time.perf_counter()
-                first = None
-                for batch in loader:
-                    if first is None:
-                        first = time.perf_counter()
-                end = time.perf_counter()
-                results.append((first - start, end - first))
-          """), "test_time_epochs_known_cost", "test_time_epochs_startup"),
-    wrong("time_epochs", "the start-up is iter(loader) alone", _time_epochs("""
-            for _ in range(epochs):
-                start = time.perf_counter()
-                iterator = iter(loader)
-                startup = time.perf_counter() - start
-                for batch in iterator:
-                    pass
-                results.append((startup, time.perf_counter() - start))
-          """), "test_time_epochs_known_cost"),
-    wrong("time_epochs", "the clock started after iter(loader)", _time_epochs("""
-            for _ in range(epochs):
-                iterator = iter(loader)
-                start = time.perf_counter()
-                startup = None
-                for batch in iterator:
-                    if startup is None:
-                        startup = time.perf_counter() - start
-                results.append((startup, time.perf_counter() - start))
-          """), "test_time_epochs_startup"),
-    wrong("time_epochs", "one iterator reused for every epoch", _time_epochs("""
-            iterator = iter(loader)
-            for _ in range(epochs):
-                start = time.perf_counter()
-                startup = None
-                for batch in iterator:
-                    if startup is None:
-                        startup = time.perf_counter() - start
-                epoch = time.perf_counter() - start
-                results.append((startup if startup is not None else epoch, epoch))
-          """), "test_time_epochs_known_cost", "test_time_epochs_startup", "test_time_epochs_full_passes"),
+    # ---------------------------------------------------------------- Part B: make_face_loader
+    wrong("make_face_loader", "not shuffled", """
+        def make_face_loader(num_workers):
+            return DataLoader(faces, batch_size=BATCH_SIZE, num_workers=num_workers, persistent_workers=num_workers > 0)
+    """, "test_make_face_loader"),
+    wrong("make_face_loader", "shuffled by an unseeded generator: another order every run", """
+        def make_face_loader(num_workers):
+            return DataLoader(faces, batch_size=BATCH_SIZE, shuffle=True, num_workers=num_workers,
+                              persistent_workers=num_workers > 0)
+    """, "test_make_face_loader"),
+    wrong("make_face_loader", "workers started again at every pass", """
+        def make_face_loader(num_workers):
+            return DataLoader(faces, batch_size=BATCH_SIZE, shuffle=True, num_workers=num_workers,
+                              generator=torch.Generator().manual_seed(SEED))
+    """, "test_make_face_loader"),
+    wrong("make_face_loader", "the default batch size (1)", """
+        def make_face_loader(num_workers):
+            return DataLoader(faces, shuffle=True, num_workers=num_workers,
+                              generator=torch.Generator().manual_seed(SEED), persistent_workers=num_workers > 0)
+    """, "test_make_face_loader"),
+    # ---------------------------------------------------------------- Part B: sweep_workers
+    wrong("sweep_workers", "one loader for every count (built with the first)", """
+        def sweep_workers(make_loader, workers):
+            loader = make_loader(workers[0])
+            rows = []
+            for n in workers:
+                mean, std = measure(loader, batches=max(BATCHES, 2 * n), warmup=max(2, n), repeats=REPEATS)
+                rows.append({"num_workers": n, "mean_s_per_batch": mean, "std_s_per_batch": std})
+            return pd.DataFrame(rows)
+    """, "test_sweep_workers_rows"),
+    wrong("sweep_workers", "the counts sorted, not in the order given", """
+        def sweep_workers(make_loader, workers):
+            rows = []
+            for n in sorted(workers):
+                loader = make_loader(n)
+                mean, std = measure(loader, batches=max(BATCHES, 2 * n), warmup=max(2, n), repeats=REPEATS)
+                rows.append({"num_workers": n, "mean_s_per_batch": mean, "std_s_per_batch": std})
+            return pd.DataFrame(rows)
+    """, "test_sweep_workers_rows"),
+    wrong("sweep_workers", "mean and std swapped", """
+        def sweep_workers(make_loader, workers):
+            rows = []
+            for n in workers:
+                loader = make_loader(n)
+                std, mean = measure(loader, batches=max(BATCHES, 2 * n), warmup=max(2, n), repeats=REPEATS)
+                rows.append({"num_workers": n, "mean_s_per_batch": mean, "std_s_per_batch": std})
+            return pd.DataFrame(rows)
+    """, "test_sweep_workers_rows"),
+    wrong("sweep_workers", "the same warm-up and batches for every count", """
+        def sweep_workers(make_loader, workers):
+            rows = []
+            for n in workers:
+                loader = make_loader(n)
+                mean, std = measure(loader, batches=BATCHES, warmup=2, repeats=REPEATS)
+                rows.append({"num_workers": n, "mean_s_per_batch": mean, "std_s_per_batch": std})
+            return pd.DataFrame(rows)
+    """, "test_sweep_workers_batches"),
+    # ---------------------------------------------------------------- Part B: plot_workers
+    wrong("plot_workers", "a line without error bars", """
+        def plot_workers(df, ax=None):
+            ax = plt.subplots()[1] if ax is None else ax
+            ax.plot(df["num_workers"], df["mean_s_per_batch"] * 1e3, "o-")
+            ax.set(xlabel="num_workers", ylabel="ms per batch")
+            return ax
+    """, "test_plot_workers"),
+    wrong("plot_workers", "seconds on the y axis, not milliseconds", """
+        def plot_workers(df, ax=None):
+            ax = plt.subplots()[1] if ax is None else ax
+            ax.errorbar(df["num_workers"], df["mean_s_per_batch"], yerr=df["std_s_per_batch"], fmt="o-")
+            ax.set(xlabel="num_workers", ylabel="s per batch")
+            return ax
+    """, "test_plot_workers"),
+    wrong("plot_workers", "the row number on the x axis, not num_workers", """
+        def plot_workers(df, ax=None):
+            ax = plt.subplots()[1] if ax is None else ax
+            ax.errorbar(range(len(df)), df["mean_s_per_batch"] * 1e3, yerr=df["std_s_per_batch"] * 1e3, fmt="o-")
+            ax.set(xlabel="num_workers", ylabel="ms per batch")
+            return ax
+    """, "test_plot_workers"),
+    wrong("plot_workers", "error bars of two standard deviations", """
+        def plot_workers(df, ax=None):
+            ax = plt.subplots()[1] if ax is None else ax
+            ax.errorbar(df["num_workers"], df["mean_s_per_batch"] * 1e3, yerr=2 * df["std_s_per_batch"] * 1e3,
+                        fmt="o-")
+            ax.set(xlabel="num_workers", ylabel="ms per batch")
+            return ax
+    """, "test_plot_workers"),
+    wrong("plot_workers", "a new figure even when given axes", """
+        def plot_workers(df, ax=None):
+            ax = plt.subplots()[1]
+            ax.errorbar(df["num_workers"], df["mean_s_per_batch"] * 1e3, yerr=df["std_s_per_batch"] * 1e3, fmt="o-")
+            ax.set(xlabel="num_workers", ylabel="ms per batch")
+            return ax
+    """, "test_plot_workers"),
+    # ---------------------------------------------------------------- Part B: choose_workers
+    wrong("choose_workers", "the most workers tried", """
+        def choose_workers(df):
+            return int(df["num_workers"].max())
+    """, "test_choose_workers_reaches_the_best_rate"),
+    wrong("choose_workers", "the slowest row (the largest time per batch)", """
+        def choose_workers(df):
+            return int(df.loc[df["mean_s_per_batch"].idxmax(), "num_workers"])
+    """, "test_choose_workers_reaches_the_best_rate"),
+    wrong("choose_workers", "one worker per core, whatever the sweep says", """
+        def choose_workers(df):
+            return int(min(CORES, df["num_workers"].max()))
+    """, "test_choose_workers_reaches_the_best_rate"),
+    wrong("choose_workers", "the fewest workers faster than none", """
+        def choose_workers(df):
+            base = df.loc[df["num_workers"] == 0, "mean_s_per_batch"].iloc[0]
+            return int(df.loc[df["mean_s_per_batch"] < 0.9 * base, "num_workers"].min())
+    """, "test_choose_workers_reaches_the_best_rate"),
 ]
