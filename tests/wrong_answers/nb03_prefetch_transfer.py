@@ -6,13 +6,6 @@ from wrong_answers import wrong
 
 DELEGATIONS = {
     "time_per_batch": "time_per_batch = steady_state_time_per_batch",
-    "workers_needed": """
-        def workers_needed(load_s, step_s, transfer_s=0.0):
-            if step_s + transfer_s <= 0:
-                raise ValueError('no count keeps up')
-            return next(w for w in range(1, 10**6)
-                        if steady_state_time_per_batch(w, load_s, step_s, transfer_s) <= (step_s + transfer_s) * (1 + 1e-9))
-    """,
     "collate_to_tensor": "collate_to_tensor = collate_tensor",
 }
 
@@ -47,26 +40,24 @@ def _time_per_batch(serial: str = "load_s + step_s",
     return _src(_TIME_PER_BATCH).format(check=_indent(check, 4), serial=serial, pipelined=pipelined)
 
 
-_WORKERS_NEEDED = '''
-def workers_needed(load_s, step_s, transfer_s=0.0):
-    if load_s < 0 or step_s < 0 or transfer_s < 0:
-        raise ValueError(f"times must be >= 0, got {{load_s}}, {{step_s}}, {{transfer_s}}")
-    if step_s + transfer_s == 0:
-        raise ValueError("with step_s + transfer_s == 0 no number of workers keeps up")
-    return {result}
-'''
-
-
-def _workers_needed(result: str) -> str:
-    return _src(_WORKERS_NEEDED).format(result=result)
-
-
 _COLLATE = '''
 def collate_to_tensor(records):
     if len(records) == 0:
         raise ValueError("cannot collate an empty batch")
     {body}
 '''
+
+
+_FIXED_LOADER = '''
+def fixed_loader(dataset, load_s, step_s, transfer_s, prefetch_factor=2):
+    floor = step_s + transfer_s
+    workers = next(w for w in range(1, 1025) if time_per_batch(w, load_s, step_s, transfer_s) <= floor * (1 + 1e-9))
+    return {loader}
+'''
+
+
+def _fixed_loader(loader: str) -> str:
+    return _FIXED_LOADER.format(loader=loader)
 
 
 def _collate(body: str) -> str:
@@ -100,24 +91,7 @@ WRONG_ANSWERS = [
             if num_workers < 0:
                 raise ValueError(f"num_workers must be >= 0, got {num_workers}")
           """), "test_time_per_batch_rejects_bad_input"),
-    # ---------------------------------------------------------------- Part D: workers_needed
-    wrong("workers_needed", "rounds down", _workers_needed("max(1, int((load_s + transfer_s) / (step_s + transfer_s)))"),
-          "test_workers_needed_stack_overflow", "test_workers_needed_with_transfer", "test_workers_needed_edge_cases"),
-    wrong("workers_needed", "rounds to the nearest",
-          _workers_needed("max(1, round((load_s + transfer_s) / (step_s + transfer_s)))"),
-          "test_workers_needed_stack_overflow", "test_workers_needed_with_transfer"),
-    wrong("workers_needed", "floor + 1", _workers_needed("int((load_s + transfer_s) / (step_s + transfer_s)) + 1"),
-          "test_workers_needed_stack_overflow", "test_workers_needed_with_transfer", "test_workers_needed_edge_cases"),
-    wrong("workers_needed", "the transfer on the main process's side only",
-          _workers_needed("max(1, math.ceil(load_s / (step_s + transfer_s) - 1e-9))"),
-          "test_workers_needed_with_transfer"),
-    wrong("workers_needed", "the transfer on the workers' side only",
-          _workers_needed("max(1, math.ceil((load_s + transfer_s) / step_s - 1e-9))"),
-          "test_workers_needed_with_transfer"),
-    wrong("workers_needed", "no floating-point allowance: ceil of the ratio",
-          _workers_needed("max(1, math.ceil((load_s + transfer_s) / (step_s + transfer_s)))"),
-          "test_workers_needed_edge_cases"),
-    # ---------------------------------------------------------------- Part H: collate_to_tensor
+    # ---------------------------------------------------------------- Part E: collate_to_tensor
     wrong("collate_to_tensor", "a preallocated batch never filled (the loop rebinds a name): zeros", _collate("""
             batch = torch.zeros((len(records), *records[0].shape), dtype=torch.from_numpy(records[0]).dtype)
             for row, record in zip(batch, records):
@@ -133,4 +107,23 @@ WRONG_ANSWERS = [
     wrong("collate_to_tensor", "not contiguous: stacked on the last axis, then moved first",
           _collate("return torch.from_numpy(np.stack(records, axis=-1)).movedim(-1, 0)"),
           "test_collate_to_tensor_values"),
+    # ---------------------------------------------------------------- Part E: fixed_loader
+    wrong("fixed_loader", "the question's collate kept: a list of arrays per batch", _fixed_loader(
+        "DataLoader(dataset, batch_size=ITEMS_PER_BATCH, num_workers=workers, prefetch_factor=prefetch_factor, "
+        "persistent_workers=True, collate_fn=collate_list)"), "test_fixed_loader_settings"),
+    wrong("fixed_loader", "one worker per core, whatever the model says", _fixed_loader(
+        "DataLoader(dataset, batch_size=ITEMS_PER_BATCH, num_workers=CORES, prefetch_factor=prefetch_factor, "
+        "persistent_workers=True)"), "test_fixed_loader_settings"),
+    wrong("fixed_loader", "the count rounded down", _fixed_loader(
+        "DataLoader(dataset, batch_size=ITEMS_PER_BATCH, num_workers=max(1, int((load_s + transfer_s) / floor)), "
+        "prefetch_factor=prefetch_factor, persistent_workers=True)"), "test_fixed_loader_settings"),
+    wrong("fixed_loader", "the transfer left out of the count", _fixed_loader(
+        "DataLoader(dataset, batch_size=ITEMS_PER_BATCH, num_workers=max(1, math.ceil(load_s / step_s - 1e-9)), "
+        "prefetch_factor=prefetch_factor, persistent_workers=True)"), "test_fixed_loader_settings"),
+    wrong("fixed_loader", "the prefetch_factor given is ignored", _fixed_loader(
+        "DataLoader(dataset, batch_size=ITEMS_PER_BATCH, num_workers=workers, persistent_workers=True)"),
+        "test_fixed_loader_settings"),
+    wrong("fixed_loader", "a single worker: the queue is meant to do the rest", _fixed_loader(
+        "DataLoader(dataset, batch_size=ITEMS_PER_BATCH, num_workers=1, prefetch_factor=8, persistent_workers=True)"),
+        "test_fixed_loader_settings", "test_fixed_loader_reaches_the_floor"),
 ]

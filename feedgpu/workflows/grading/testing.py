@@ -83,7 +83,8 @@ REFERENCES: dict[str, tuple[str, ...]] = {
                                     "diagnosis's choose_workers picks one from its model's costs"),
     # 03_prefetch_transfer
     "time_per_batch": ("feedgpu.models.pipeline:steady_state_time_per_batch", "feedgpu.workflows.grading.testing:overlap_model"),
-    "workers_needed": ("feedgpu.models.pipeline:steady_state_time_per_batch", "feedgpu.models.pipeline:bottleneck_stage"),
+    "fixed_loader": NothingToHide("a DataLoader built with its settings; the count of workers comes from the "
+                                  "student's own time_per_batch, for which the tests stand in the course's model"),
     "collate_to_tensor": ("feedgpu.workloads.arrays:collate_tensor",),
     # 04_augmentation
     "stage_fractions": NothingToHide("dict arithmetic; the course's stage_table reports milliseconds and "
