@@ -447,6 +447,6 @@ def test_course_site_pages_carry_the_banner_and_load_nothing_remote(course_site)
             assert "forkserver start method" in page_text(page), f"{doc}.html: the banner names the start method"
     for css in course_site.dest.rglob("*.css"):
         assert not REMOTE.search(css.read_text(encoding="utf-8")), f"{css.name} loads something remote"
-    if "04_augmentation" in course_site.pages:
-        assert "<math" in (course_site.dest / "04_augmentation.html").read_text(encoding="utf-8"), \
-            "04's formula should be MathML"
+    if "03_prefetch_transfer" in course_site.pages:
+        assert "<math" in (course_site.dest / "03_prefetch_transfer.html").read_text(encoding="utf-8"), \
+            "03's formula (the queue model) should be MathML"

@@ -3,7 +3,7 @@
 Students run the course on 2 to 16 cores, and several lessons only show when an
 experiment reaches the cores, or goes past them: computing stops speeding up at the
 cores while waiting does not (notebook 02), a fit can only find the cores at work when
-the workers can fill them (notebook 04). Every grid of worker counts, every fit and every
+the workers can fill them (:class:`CoresFit`). Every grid of worker counts, every fit and every
 sentence that compares a run with the cores is therefore a function of ``cores`` here,
 called by the notebooks with the machine's usable cores
 (:func:`feedgpu.measure.machine.usable_cores`) and by the tests with 2, 4, 8 and 16::
@@ -194,7 +194,7 @@ def worker_starts(workers: Sequence[int], loaders_per_setting: int = 1) -> int:
 class CoresFit:
     """What a sweep of items of known CPU cost says about the cores and the hand-over.
 
-    The model (notebook 04, Part E): with ``w`` workers an item of CPU cost ``p`` arrives
+    The model (the queue model of notebook 03 with the cores put back): with ``w`` workers an item of CPU cost ``p`` arrives
     every ``max(t, (p + t) / w, (p + 2t) / n)`` seconds, where ``t`` is the hand-over per
     item and ``n`` the cores at work.
 

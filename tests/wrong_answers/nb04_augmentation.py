@@ -11,14 +11,21 @@ import textwrap
 from wrong_answers import wrong
 
 DELEGATIONS = {
-    "expected_speedup": """
-        from feedgpu.models.pipeline import steady_state_time_per_batch
+    "fast_faces": """
+        from feedgpu.workloads.lfw import decode_tensor, read_bytes
 
 
-        def expected_speedup(per_item_s, overhead_s, workers, cores):
-            if workers == 0:
-                return 1.0
-            return per_item_s / steady_state_time_per_batch(workers, per_item_s, 0.0, overhead_s, cores)
+        class FastFaces(Dataset):
+            def __init__(self, samples):
+                self.samples = list(samples)
+
+            def __len__(self):
+                return len(self.samples)
+
+            def __getitem__(self, index):
+                path, label = self.samples[index]
+                image = decode_tensor(read_bytes(path))
+                return (image.flip(-1) if torch.rand(()) < 0.5 else image), label
     """,
 }
 
@@ -31,45 +38,31 @@ def _indent(code: str, spaces: int) -> str:
     return textwrap.indent(_src(code), " " * spaces).lstrip()
 
 
-_STAGE_CHECKS = '''
-if not times:
-    raise ValueError("the table is empty")
-if any(t < 0 for t in times.values()):
-    raise ValueError(f"times must be >= 0, got {times}")
-if sum(times.values()) == 0:
-    raise ValueError("every stage took 0 s")
-'''
-
-
 def _function(signature: str, *parts: str) -> str:
     """``def signature:`` with the body ``parts`` (each a block of code; empty ones left out)."""
     return "\n".join([f"def {signature}:", *(textwrap.indent(_src(part), " " * 4) for part in parts if part)])
 
 
-def _stage_fractions(body: str, checks: str = _STAGE_CHECKS) -> str:
-    return _function("stage_fractions(times)", checks, body)
+_FAST_FACES = '''
+class FastFaces(Dataset):
+    def __init__(self, samples):
+        self.samples = list(samples)
 
+    def __len__(self):
+        return len(self.samples)
 
-def _slowest_stage(body: str) -> str:
-    return _function("slowest_stage(times)", 'if not times:\n    raise ValueError("the table is empty")', body)
-
-
-_EXPECTED_SPEEDUP = '''
-def expected_speedup(per_item_s, overhead_s, workers, cores):
-    {checks}
-    if workers == 0:
-        return 1.0
-    {body}
+    def __getitem__(self, index):
+        path, label = self.samples[index]
+        {image}
+        {flip}
+        return image, label
 '''
 
-_SPEEDUP_CHECKS = '''
-if per_item_s <= 0 or overhead_s < 0 or workers < 0 or cores <= 0:
-    raise ValueError(f"bad input: {per_item_s}, {overhead_s}, {workers}, {cores}")
-'''
+_FLIP = "if torch.rand(()) < 0.5:\n    image = image.flip(-1)"
 
 
-def _expected_speedup(body: str, checks: str = _SPEEDUP_CHECKS) -> str:
-    return _src(_EXPECTED_SPEEDUP).format(checks=_indent(checks, 4), body=_indent(body, 4))
+def _fast_faces(image: str, flip: str = _FLIP) -> str:
+    return _src(_FAST_FACES).format(image=image, flip=_indent(flip, 8) if flip else "")
 
 
 def _seed_worker(body: str, main_check: bool = True) -> str:
@@ -79,57 +72,46 @@ def _seed_worker(body: str, main_check: bool = True) -> str:
 
 
 WRONG_ANSWERS = [
-    # ---------------------------------------------------------------- Part B: stage_fractions
-    wrong("stage_fractions", "divides by the largest stage, not the total", _stage_fractions("""
-            largest = max(times.values())
-            return {stage: t / largest for stage, t in times.items()}
-          """), "test_stage_fractions_values"),
-    wrong("stage_fractions", "the stages sorted by name", _stage_fractions("""
-            total = sum(times.values())
-            return {stage: times[stage] / total for stage in sorted(times)}
-          """), "test_stage_fractions_values"),
-    wrong("stage_fractions", "divides the table it is given in place", _stage_fractions("""
-            total = sum(times.values())
-            for stage in times:
-                times[stage] /= total
-            return times
-          """), "test_stage_fractions_values"),
-    wrong("stage_fractions", "no checks (an empty table, a negative time, a zero total pass or divide by 0)",
-          _stage_fractions("""
-            total = sum(times.values())
-            return {stage: t / total for stage, t in times.items()}
-          """, checks=""), "test_stage_fractions_rejects_bad_tables"),
-    # ---------------------------------------------------------------- Part B: slowest_stage
-    wrong("slowest_stage", "the fastest stage", _slowest_stage("return min(times, key=times.get)"),
-          "test_slowest_stage_largest", "test_slowest_stage_ties_and_empty"),
-    wrong("slowest_stage", "the last of a tie (>=)", _slowest_stage("""
-            best = None
-            for stage, t in times.items():
-                if best is None or t >= times[best]:
-                    best = stage
-            return best
-          """), "test_slowest_stage_ties_and_empty"),
-    wrong("slowest_stage", "the first by name on a tie", _slowest_stage("return max(sorted(times), key=times.get)"),
-          "test_slowest_stage_ties_and_empty"),
-    # ---------------------------------------------------------------- Part E: expected_speedup
-    wrong("expected_speedup", "the hand-over spread over the workers: n * p / (p + t), capped by the cores",
-          _expected_speedup("return min(workers * per_item_s / (per_item_s + overhead_s), "
-                            "cores * per_item_s / (per_item_s + 2 * overhead_s))"),
-          "test_expected_speedup_formula"),
-    wrong("expected_speedup", "the worker's hand-over forgotten: p / w", _expected_speedup(
-          "return per_item_s / max(overhead_s, per_item_s / workers, (per_item_s + 2 * overhead_s) / cores)"),
-          "test_expected_speedup_formula"),
-    wrong("expected_speedup", "ignores the cores", _expected_speedup(
-          "return per_item_s / max(overhead_s, (per_item_s + overhead_s) / workers)"),
-          "test_expected_speedup_formula", "test_expected_speedup_cores_cap"),
-    wrong("expected_speedup", "the cores cap the workers only: min(workers, cores)", _expected_speedup(
-          "return per_item_s / max(overhead_s, (per_item_s + overhead_s) / min(workers, cores))"),
-          "test_expected_speedup_formula", "test_expected_speedup_cores_cap"),
-    wrong("expected_speedup", "no input checks", _expected_speedup(
-          "return per_item_s / max(overhead_s, (per_item_s + overhead_s) / workers, "
-          "(per_item_s + 2 * overhead_s) / cores)", checks="pass"),
-          "test_expected_speedup_rejects_bad_input"),
-    # ---------------------------------------------------------------- Part G: seed_worker
+    # ---------------------------------------------------------------- Part C: FastFaces
+    wrong("fast_faces", "float pixels in the dataset: ToTensor's work and bytes kept", _fast_faces(
+        "image = decode_jpeg(read_file(str(path)), mode=ImageReadMode.RGB).float() / 255"),
+        "test_fast_faces_items"),
+    wrong("fast_faces", "never flipped", _fast_faces(
+        "image = decode_jpeg(read_file(str(path)), mode=ImageReadMode.RGB)", flip=""),
+        "test_fast_faces_items"),
+    wrong("fast_faces", "always flipped", _fast_faces(
+        "image = decode_jpeg(read_file(str(path)), mode=ImageReadMode.RGB)", flip="image = image.flip(-1)"),
+        "test_fast_faces_items"),
+    wrong("fast_faces", "flipped upside down, not left to right", _fast_faces(
+        "image = decode_jpeg(read_file(str(path)), mode=ImageReadMode.RGB)",
+        flip="if torch.rand(()) < 0.5:\n    image = image.flip(-2)"),
+        "test_fast_faces_items"),
+    wrong("fast_faces", "the flip drawn from numpy's global generator, not torch's", _fast_faces(
+        "image = decode_jpeg(read_file(str(path)), mode=ImageReadMode.RGB)",
+        flip="if np.random.random() < 0.5:\n    image = image.flip(-1)"),
+        "test_fast_faces_items"),
+    wrong("fast_faces", "the slow pipeline's PIL and ToTensor, turned back into bytes", _fast_faces(
+        "image = (transforms.ToTensor()(decode_pil(read_bytes(path))) * 255).round().to(torch.uint8)"),
+        "test_fast_faces_is_faster"),
+    wrong("fast_faces", "the image in height x width x channels", _fast_faces(
+        "image = decode_jpeg(read_file(str(path)), mode=ImageReadMode.RGB).permute(1, 2, 0)",
+        flip="if torch.rand(()) < 0.5:\n    image = image.flip(1)"),
+        "test_fast_faces_items"),
+    # ---------------------------------------------------------------- Part C: to_float
+    wrong("to_float", "float but not scaled to [0, 1]", """
+        def to_float(images):
+            return images.float()
+    """, "test_to_float"),
+    wrong("to_float", "scaled in place on the caller's batch", """
+        def to_float(images):
+            images.data = images.float().div_(255)
+            return images
+    """, "test_to_float"),
+    wrong("to_float", "divided by 256", """
+        def to_float(images):
+            return images.float() / 256
+    """, "test_to_float"),
+    # ---------------------------------------------------------------- Part E: seed_worker
     wrong("seed_worker", "seeds with the worker id (every epoch, every seed the same)",
           _seed_worker("info.dataset.rng = np.random.default_rng(info.id)"),
           "test_seed_worker_distinct", "test_seed_worker_reproducible"),

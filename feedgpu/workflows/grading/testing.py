@@ -86,12 +86,11 @@ REFERENCES: dict[str, tuple[str, ...]] = {
     "fixed_loader": NothingToHide("a DataLoader built with its settings; the count of workers comes from the "
                                   "student's own time_per_batch, for which the tests stand in the course's model"),
     "collate_to_tensor": ("feedgpu.workloads.arrays:collate_tensor",),
-    # 04_augmentation
-    "stage_fractions": NothingToHide("dict arithmetic; the course's stage_table reports milliseconds and "
-                                     "images per second, never shares"),
-    "slowest_stage": NothingToHide("a maximum over a dict; the course's bottleneck_stage names a stage of "
-                                   "its own model from three fixed costs, not a key of a table"),
-    "expected_speedup": ("feedgpu.models.pipeline:steady_state_time_per_batch", "feedgpu.models.cores:CoresFit.model_s"),
+    # 04_augmentation (the tensor path's dataset and decoder are the course's; torchvision's v2.ToDtype
+    # converts as to_float does, and may be used: the exercise is where the conversion runs)
+    "fast_faces": ("feedgpu.workloads.lfw:TensorLFWDataset", "feedgpu.workloads.lfw:decode_tensor"),
+    "to_float": NothingToHide("one tensor operation, which torchvision's v2.ToDtype also does: the exercise "
+                              "is where the conversion runs (on the step's side), not how"),
     "seed_worker": NothingToHide("no code of the course or of PyTorch reseeds a dataset's numpy generator "
                                  "in a worker: that is the gap the exercise fills"),
     # 05_pinned_memory
