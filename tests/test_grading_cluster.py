@@ -64,7 +64,11 @@ def test_the_course_is_scattered_again_once_its_copy_on_the_workers_is_gone():
             time.sleep(0.01)
         again = on.future()
         assert again is not first and again.result() == course
+        on.lost()  # a grading was cancelled for the course, before this client heard its copy went
+        assert on.future() is not again, "a task cancelled for the course has it scattered anew"
     assert lost_dependencies(FutureCancelledError("grade-ada", "lost dependencies"))
+    assert lost_dependencies(FutureCancelledError("grade-ada", "already forgotten")), \
+        "a grading that waited while the course went is cancelled so (the tiny class, a fresh clone's run)"
     assert not lost_dependencies(FutureCancelledError("grade-ada", "unknown"))
     assert not lost_dependencies(RuntimeError("the notebook failed"))
 

@@ -40,6 +40,16 @@ DELEGATIONS = {
         class FacesDataset(lfw_dataset.LFWDataset):
             pass
     """,
+    "show_batch": """
+        from feedgpu.plots import show_faces
+
+
+        def show_batch(dataset):
+            loader = DataLoader(dataset, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(SEED))
+            images, labels = next(iter(loader))
+            show_faces(images, labels)
+            return make_grid(images, nrow=8), labels
+    """,
 }
 
 
@@ -120,6 +130,20 @@ def _dataset(extra_init: str = "", init: str = _GOOD_INIT, length: str = "len(se
 
 
 _SCAN = 'n for n in os.listdir(root) if (root / n).is_dir() and not n.startswith(".")'
+
+_SHOW_BATCH = """
+def show_batch(dataset):
+    images, labels = next(iter({loader}))
+    grid = make_grid(images, nrow=8)
+    {draw}
+    return {result}, labels
+"""
+
+
+def _show_batch(loader: str, draw: str = "plt.figure().gca().imshow(grid.permute(1, 2, 0).numpy())",
+                result: str = "grid") -> str:
+    return _SHOW_BATCH.format(loader=loader, draw=draw or "pass", result=result)
+
 
 WRONG_ANSWERS = [
     # ---------------------------------------------------------------- Part A: find_people
@@ -279,4 +303,20 @@ WRONG_ANSWERS = [
             return image, label
           """), "test_dataset_items", "test_dataset_applies_transform", "test_dataset_to_tensor",
           "test_dataset_with_workers"),
+    # ---------------------------------------------------------------- Part F: show_batch
+    wrong("show_batch", "shuffled by an unseeded generator", _show_batch(
+        "DataLoader(dataset, batch_size=16, shuffle=True)"), "test_show_batch"),
+    wrong("show_batch", "not shuffled", _show_batch(
+        "DataLoader(dataset, batch_size=16, generator=torch.Generator().manual_seed(SEED))"), "test_show_batch"),
+    wrong("show_batch", "the default batch size (1)", _show_batch(
+        "DataLoader(dataset, shuffle=True, generator=torch.Generator().manual_seed(SEED))"), "test_show_batch"),
+    wrong("show_batch", "returns the grid but draws nothing", _show_batch(
+        "DataLoader(dataset, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(SEED))", draw=""),
+        "test_show_batch"),
+    wrong("show_batch", "draws one channel of the grid", _show_batch(
+        "DataLoader(dataset, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(SEED))",
+        draw="plt.figure().gca().imshow(grid[0].numpy())"), "test_show_batch"),
+    wrong("show_batch", "returns the batch's images, not the grid", _show_batch(
+        "DataLoader(dataset, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(SEED))",
+        result="images"), "test_show_batch"),
 ]

@@ -55,15 +55,30 @@ class CourseOnWorkers:
 
     def future(self) -> Any:
         """The course's future on the workers: the last one scattered, or a new one where
-        that one is lost (or cancelled)."""
+        that one is lost (or cancelled), or where a task that needed it was cancelled for it
+        (:meth:`lost`)."""
         if self._future is None or self._future.status != "finished":
             self._future = self.client.scatter(self.course, broadcast=True, hash=False)
         return self._future
 
+    def lost(self) -> None:
+        """A task that needed the course was cancelled for it (:func:`lost_dependencies`):
+        scatter it anew for the next one, even where this client has not heard yet that
+        its copy is gone (its future may still say "finished")."""
+        self._future = None
+
+
+#: Why the scheduler cancels a task whose input went with a lost worker: when it is
+#: submitted ("lost dependencies", ``Scheduler.update_graph``), or while it waited, once the
+#: scheduler forgot it together with the scattered data it needed ("already forgotten",
+#: ``_task_to_report_msg`` in ``distributed/scheduler.py``). The tiny class saw both: a
+#: memory bomb took a worker, and with it the course's last copy and six waiting gradings.
+COURSE_LOST_REASONS = ("lost dependencies", "already forgotten")
+
 
 def lost_dependencies(err: BaseException) -> bool:
     """Whether a task was cancelled because data it needed was lost with a worker."""
-    return getattr(err, "reason", None) == "lost dependencies"
+    return getattr(err, "reason", None) in COURSE_LOST_REASONS
 
 
 def read_tree(folder: Path) -> dict[str, bytes]:

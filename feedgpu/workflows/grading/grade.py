@@ -307,6 +307,7 @@ def grade_class(submissions: Path, workdir: Path, limits: Limits = Limits(),
                             # nothing was graded, so it is sent again with the course scattered again
                             resent[pair] = resent.get(pair, 0) + 1
                             future.release()
+                            shared.lost()
                             send(pair)
                             continue
                         done[pair] = _worker_failure(*pair, err, _maxima_of(workdir, pair[1]))

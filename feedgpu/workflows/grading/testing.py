@@ -72,6 +72,7 @@ REFERENCES: dict[str, tuple[str, ...]] = {
                  "torchvision.datasets.folder:default_loader"),
     "faces_dataset": ("lfw_dataset:LFWDataset", "torchvision.datasets.folder:DatasetFolder",
                       "torchvision.datasets.folder:ImageFolder"),
+    "show_batch": ("feedgpu.plots:show_faces",),  # it tiles a batch with make_grid and draws it
     # 02_workers (the sweep is timed by the student's own measure: the course's harness and its
     # sweep are hidden while sweep_workers's tests run, so an answer that calls them fails)
     "measure": ("feedgpu.measure.timing:time_loader",),
