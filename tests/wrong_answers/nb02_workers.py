@@ -76,6 +76,37 @@ def _measure_result(per_repeat: str) -> str:
                                          f"per_repeat.append({per_repeat})"))
 
 
+_SWEEP_WORKERS = '''
+def sweep_workers(make_loader, workers):
+{setup}    rows = []
+    for n in {counts}:
+{build}        {result} = measure(loader, {timing}, repeats=REPEATS)
+        rows.append({{"num_workers": n, "mean_s_per_batch": mean, "std_s_per_batch": std}})
+    return pd.DataFrame(rows)
+'''
+
+
+def _sweep_workers(setup: str = "", counts: str = "workers", build: str = "loader = make_loader(n)",
+                   result: str = "mean, std", timing: str = "batches=max(BATCHES, 2 * n), warmup=max(2, n)") -> str:
+    """``sweep_workers`` with one line changed: the loader built once (``setup``, no ``build``),
+    the counts, what is read from ``measure`` or how it is asked to time."""
+    return _src(_SWEEP_WORKERS).format(setup=f"    {setup}\n" if setup else "", counts=counts,
+                                       build=f"        {build}\n" if build else "", result=result, timing=timing)
+
+
+_PLOT_WORKERS = '''
+def plot_workers(df, ax=None):
+    {axes}
+    {draw}
+    ax.set(xlabel="num_workers", ylabel="{ylabel}")
+    return ax
+'''
+
+
+def _plot_workers(draw: str, ylabel: str = "ms per batch", axes: str = "ax = plt.subplots()[1] if ax is None else ax") -> str:
+    return _src(_PLOT_WORKERS).format(axes=axes, draw=_indent(draw, 4), ylabel=ylabel)
+
+
 WRONG_ANSWERS = [
     # ---------------------------------------------------------------- Part A: measure
     wrong("measure", "divides by warmup + batches", _measure_result("(time.perf_counter() - start) / (warmup + batches)"),
@@ -138,79 +169,28 @@ WRONG_ANSWERS = [
                               generator=torch.Generator().manual_seed(SEED), persistent_workers=num_workers > 0)
     """, "test_make_face_loader"),
     # ---------------------------------------------------------------- Part B: sweep_workers
-    wrong("sweep_workers", "one loader for every count (built with the first)", """
-        def sweep_workers(make_loader, workers):
-            loader = make_loader(workers[0])
-            rows = []
-            for n in workers:
-                mean, std = measure(loader, batches=max(BATCHES, 2 * n), warmup=max(2, n), repeats=REPEATS)
-                rows.append({"num_workers": n, "mean_s_per_batch": mean, "std_s_per_batch": std})
-            return pd.DataFrame(rows)
-    """, "test_sweep_workers_rows"),
-    wrong("sweep_workers", "the counts sorted, not in the order given", """
-        def sweep_workers(make_loader, workers):
-            rows = []
-            for n in sorted(workers):
-                loader = make_loader(n)
-                mean, std = measure(loader, batches=max(BATCHES, 2 * n), warmup=max(2, n), repeats=REPEATS)
-                rows.append({"num_workers": n, "mean_s_per_batch": mean, "std_s_per_batch": std})
-            return pd.DataFrame(rows)
-    """, "test_sweep_workers_rows"),
-    wrong("sweep_workers", "mean and std swapped", """
-        def sweep_workers(make_loader, workers):
-            rows = []
-            for n in workers:
-                loader = make_loader(n)
-                std, mean = measure(loader, batches=max(BATCHES, 2 * n), warmup=max(2, n), repeats=REPEATS)
-                rows.append({"num_workers": n, "mean_s_per_batch": mean, "std_s_per_batch": std})
-            return pd.DataFrame(rows)
-    """, "test_sweep_workers_rows"),
-    wrong("sweep_workers", "the same warm-up and batches for every count", """
-        def sweep_workers(make_loader, workers):
-            rows = []
-            for n in workers:
-                loader = make_loader(n)
-                mean, std = measure(loader, batches=BATCHES, warmup=2, repeats=REPEATS)
-                rows.append({"num_workers": n, "mean_s_per_batch": mean, "std_s_per_batch": std})
-            return pd.DataFrame(rows)
-    """, "test_sweep_workers_batches"),
+    wrong("sweep_workers", "one loader for every count (built with the first)", _sweep_workers(
+        setup="loader = make_loader(workers[0])", build=""), "test_sweep_workers_rows"),
+    wrong("sweep_workers", "the counts sorted, not in the order given", _sweep_workers(counts="sorted(workers)"),
+          "test_sweep_workers_rows"),
+    wrong("sweep_workers", "mean and std swapped", _sweep_workers(result="std, mean"), "test_sweep_workers_rows"),
+    wrong("sweep_workers", "the same warm-up and batches for every count", _sweep_workers(
+        timing="batches=BATCHES, warmup=2"), "test_sweep_workers_batches"),
     # ---------------------------------------------------------------- Part B: plot_workers
-    wrong("plot_workers", "a line without error bars", """
-        def plot_workers(df, ax=None):
-            ax = plt.subplots()[1] if ax is None else ax
-            ax.plot(df["num_workers"], df["mean_s_per_batch"] * 1e3, "o-")
-            ax.set(xlabel="num_workers", ylabel="ms per batch")
-            return ax
-    """, "test_plot_workers"),
-    wrong("plot_workers", "seconds on the y axis, not milliseconds", """
-        def plot_workers(df, ax=None):
-            ax = plt.subplots()[1] if ax is None else ax
-            ax.errorbar(df["num_workers"], df["mean_s_per_batch"], yerr=df["std_s_per_batch"], fmt="o-")
-            ax.set(xlabel="num_workers", ylabel="s per batch")
-            return ax
-    """, "test_plot_workers"),
-    wrong("plot_workers", "the row number on the x axis, not num_workers", """
-        def plot_workers(df, ax=None):
-            ax = plt.subplots()[1] if ax is None else ax
-            ax.errorbar(range(len(df)), df["mean_s_per_batch"] * 1e3, yerr=df["std_s_per_batch"] * 1e3, fmt="o-")
-            ax.set(xlabel="num_workers", ylabel="ms per batch")
-            return ax
-    """, "test_plot_workers"),
-    wrong("plot_workers", "error bars of two standard deviations", """
-        def plot_workers(df, ax=None):
-            ax = plt.subplots()[1] if ax is None else ax
-            ax.errorbar(df["num_workers"], df["mean_s_per_batch"] * 1e3, yerr=2 * df["std_s_per_batch"] * 1e3,
-                        fmt="o-")
-            ax.set(xlabel="num_workers", ylabel="ms per batch")
-            return ax
-    """, "test_plot_workers"),
-    wrong("plot_workers", "a new figure even when given axes", """
-        def plot_workers(df, ax=None):
-            ax = plt.subplots()[1]
-            ax.errorbar(df["num_workers"], df["mean_s_per_batch"] * 1e3, yerr=df["std_s_per_batch"] * 1e3, fmt="o-")
-            ax.set(xlabel="num_workers", ylabel="ms per batch")
-            return ax
-    """, "test_plot_workers"),
+    wrong("plot_workers", "a line without error bars", _plot_workers(
+        'ax.plot(df["num_workers"], df["mean_s_per_batch"] * 1e3, "o-")'), "test_plot_workers"),
+    wrong("plot_workers", "seconds on the y axis, not milliseconds", _plot_workers(
+        'ax.errorbar(df["num_workers"], df["mean_s_per_batch"], yerr=df["std_s_per_batch"], fmt="o-")',
+        ylabel="s per batch"), "test_plot_workers"),
+    wrong("plot_workers", "the row number on the x axis, not num_workers", _plot_workers(
+        'ax.errorbar(range(len(df)), df["mean_s_per_batch"] * 1e3, yerr=df["std_s_per_batch"] * 1e3, fmt="o-")'),
+        "test_plot_workers"),
+    wrong("plot_workers", "error bars of two standard deviations", _plot_workers(
+        'ax.errorbar(df["num_workers"], df["mean_s_per_batch"] * 1e3, yerr=2 * df["std_s_per_batch"] * 1e3,\n'
+        '            fmt="o-")'), "test_plot_workers"),
+    wrong("plot_workers", "a new figure even when given axes", _plot_workers(
+        'ax.errorbar(df["num_workers"], df["mean_s_per_batch"] * 1e3, yerr=df["std_s_per_batch"] * 1e3, fmt="o-")',
+        axes="ax = plt.subplots()[1]"), "test_plot_workers"),
     # ---------------------------------------------------------------- Part B: choose_workers
     wrong("choose_workers", "the most workers tried", """
         def choose_workers(df):
