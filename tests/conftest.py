@@ -147,26 +147,31 @@ def course_grading(tmp_path_factory) -> CourseGrading:
     base = tmp_path_factory.mktemp("course")
     subs = base / "submitted"
 
-    def hand_in(names: list[str]) -> None:
+    def hand_in(names: list[str], solutions: bool = True, releases: bool = True) -> None:
         for name in names:
             if not (RELEASE / name / f"{name}.ipynb").is_file():
                 continue  # not released yet: test_release_has_every_assignment says so, and no grade is found
             released = nbformat.read(RELEASE / name / f"{name}.ipynb", 4)
             solution = nbformat.read(SOLUTIONS / name / f"{name}.ipynb", 4)
-            write_submission(subs, "ada_solution", name, with_fresh_workers(student_version(solution, released)))
-            write_submission(subs, "bob_untouched", name, released)
-            if name == DELEGATING:
-                write_submission(subs, "cy_delegates", name, delegating_version(solution, released))
+            if solutions:
+                write_submission(subs, "ada_solution", name, with_fresh_workers(student_version(solution, released)))
+                if name == DELEGATING:
+                    write_submission(subs, "cy_delegates", name, delegating_version(solution, released))
+            if releases:
+                write_submission(subs, "bob_untouched", name, released)
 
+    # Every untouched release (none has a loop to time: its answers raise) and the solutions
+    # but those of GRADED_ALONE.
     hand_in([name for name in ASSIGNMENTS if name not in GRADED_ALONE])
+    hand_in([name for name in ASSIGNMENTS if name in GRADED_ALONE], solutions=False)
     (subs / "bob_untouched" / "not_an_assignment").mkdir()
     start = time.perf_counter()
     # Two at a time, as an instructor with a 2-core machine may (feedgpu-grade --jobs 2):
     # the notebooks' timing checks must pass on a machine shared with another grading.
     results = grade.grade_class(subs, base / "grading", progress=False, jobs=2)
-    # Then, alone, the notebook whose graded run needs about a core for its loader (see
+    # Then, alone, the solution whose graded run needs about a core for its loader (see
     # GRADED_ALONE): a later run grades only what is new, as an instructor's second run does.
-    hand_in([name for name in ASSIGNMENTS if name in GRADED_ALONE])
+    hand_in([name for name in ASSIGNMENTS if name in GRADED_ALONE], releases=False)
     results += grade.grade_class(subs, base / "grading", progress=False, jobs=1)
     seconds = time.perf_counter() - start
     workdir = base / "grading"

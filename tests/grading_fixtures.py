@@ -184,7 +184,7 @@ def on_spawn(nb):
 #: 3.14's default on Linux), which starts a worker in milliseconds where spawn takes
 #: seconds. Notebook 02 on 2 cores: 28 s under fork, 40 s so, 83 s under spawn.
 FRESH_WORKERS_CELL = ('import multiprocessing\n\n'
-                      'multiprocessing.set_forkserver_preload(["torch", "lfw_dataset", "feedgpu.workloads"])\n'
+                      'multiprocessing.set_forkserver_preload(["torch", "torchvision", "lfw_dataset", "feedgpu.workloads"])\n'
                       'multiprocessing.set_start_method("forkserver", force=True)  '
                       '# workers start as under spawn, from a server that imported PyTorch once')
 

@@ -62,6 +62,35 @@ def test_function_module_refuses_what_has_no_source(tmp_path):
         function_module(tmp_path, [len])
 
 
+def stub_indices(n_items, rank, world_size):
+    """The indices of rank.
+
+    Raises:
+        ValueError: a bad rank.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+def stub_then_work(n_items, rank, world_size):
+    """Raises where it has nothing to do, else works."""
+    if n_items == 0:
+        raise NotImplementedError("no items")
+    return list(range(rank, n_items, world_size))
+
+
+@pytest.mark.unit
+def test_a_stub_is_refused_before_anything_is_launched(tmp_path):
+    """A release's stub (its body raises NotImplementedError, after its docstring) is refused
+    here, naming it, and no module is written; a function that raises it only sometimes is not."""
+    with pytest.raises(NotImplementedError, match="stub_indices"):
+        function_module(tmp_path, [other_function, stub_indices])
+    assert not list(tmp_path.glob("*.py")), "nothing is written for a launch that does not happen"
+    with pytest.raises(NotImplementedError, match="stub_indices"):
+        PhaseRunner(tmp_path / "runs").run({"mine": ["--indices-fn", "{module}:stub_indices"]}, [stub_indices])
+    assert function_module(tmp_path, [stub_then_work]).startswith("mine_")
+
+
 @pytest.mark.unit
 def test_write_plan_gives_every_phase_its_own_port(tmp_path):
     """The plan lists the phases in order, each with its own port, and one for the lobby."""

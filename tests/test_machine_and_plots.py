@@ -101,6 +101,22 @@ def test_describe_machine_versions_are_the_installed_ones():
         )
 
 
+def test_describe_machine_reads_torchvision_s_version_without_importing_it():
+    """A notebook's configuration cell does not pay for ``import torchvision`` (it imports
+    torch._dynamo) when the notebook never uses torchvision; the version is the package's own,
+    local tag included, the same as ``torchvision.__version__``."""
+    import subprocess
+
+    code = ("import sys\nfrom feedgpu.measure.machine import describe_machine\n"
+            "v = describe_machine()['torchvision']\nprint(v, 'torchvision' in sys.modules)\n"
+            "import torchvision\nprint(torchvision.__version__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (reported, imported), (actual,) = done.stdout.split("\n")[0].split(), done.stdout.split("\n")[1].split()
+    assert imported == "False", "describe_machine imported torchvision"
+    assert reported == actual, f"reported {reported!r}, torchvision says {actual!r}"
+
+
 def test_describe_machine_picks_cuda_then_mps_then_cpu(known_machine, monkeypatch):
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
     info = machine.describe_machine()

@@ -26,8 +26,10 @@ source, so asking again for the same phase costs nothing.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
+import textwrap
 import json
 import logging
 import os
@@ -125,6 +127,26 @@ def main(argv: list[str] | None = None) -> None:
 # --------------------------------------------------------------------------- in the notebook
 
 
+def _is_stub(source: str) -> bool:
+    """Whether the function defined in ``source`` does nothing but raise NotImplementedError
+    (after its docstring): a release's unanswered stub."""
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except SyntaxError:
+        return False
+    defs = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not defs:
+        return False
+    body = defs[0].body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]  # the docstring
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].exc is None:
+        return False
+    exc = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
 def function_module(folder: str | os.PathLike, functions: Sequence[Callable],
                     prefix: str = "mine") -> str:
     """Write the source of ``functions`` into a module in ``folder``; return its name.
@@ -137,6 +159,8 @@ def function_module(folder: str | os.PathLike, functions: Sequence[Callable],
     Raises:
         TypeError: something in ``functions`` has no source (a builtin, a lambda in a
             larger expression is fine, a C function is not).
+        NotImplementedError: a function is still a stub, whose body only raises
+            NotImplementedError: every rank would fail on it, after seconds of start-up.
     """
     sources = []
     for fn in functions:
@@ -144,6 +168,9 @@ def function_module(folder: str | os.PathLike, functions: Sequence[Callable],
             sources.append(inspect.getsource(fn))
         except (OSError, TypeError) as e:
             raise TypeError(f"cannot read the source of {fn!r}: define it with def in a cell") from e
+        if _is_stub(sources[-1]):
+            raise NotImplementedError(f"{fn.__name__} only raises NotImplementedError: write it first (nothing "
+                                      "was launched; every rank would have failed on it)")
     text = MODULE_HEADER + "\n\n".join(sources)
     name = f"{prefix}_{hashlib.sha256(text.encode()).hexdigest()[:10]}"
     path = Path(folder) / f"{name}.py"

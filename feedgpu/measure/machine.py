@@ -21,10 +21,13 @@ Three numbers of cores are reported, because they differ on real machines:
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import logging
 import multiprocessing
 import os
 import platform
+import re
 import sys
 from typing import Any
 
@@ -69,6 +72,34 @@ def total_memory_mb() -> float | None:
     return None if total is None else total / 2**20
 
 
+def _torchvision_version() -> str | None:
+    """torchvision's ``__version__`` (with its local tag, ``+cu130``), read from its
+    ``version.py`` without importing the package: ``import torchvision`` imports
+    ``torch._dynamo`` (2.5 s on a 2-core machine, torchvision 0.29), which a notebook that never
+    uses torchvision should not pay for its configuration cell. The wheel's version where
+    that file does not say; None where torchvision is not installed."""
+    if "torchvision" in sys.modules:
+        return getattr(sys.modules["torchvision"], "__version__", None)
+    try:
+        spec = importlib.util.find_spec("torchvision")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return None
+    for folder in spec.submodule_search_locations or ():
+        try:
+            with open(os.path.join(folder, "version.py"), encoding="utf-8") as f:
+                found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
+        except OSError:
+            continue
+        if found:
+            return found.group(1)
+    try:
+        return importlib.metadata.version("torchvision")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def _accelerators() -> dict[str, Any]:
     info: dict[str, Any] = {
         "torch": None,
@@ -87,11 +118,8 @@ def _accelerators() -> dict[str, Any]:
         return info
     info["torch"] = torch.__version__
     info["torch_threads"] = torch.get_num_threads()
-    try:
-        import torchvision
-
-        info["torchvision"] = torchvision.__version__
-    except ImportError:
+    info["torchvision"] = _torchvision_version()
+    if info["torchvision"] is None:
         logger.warning("torchvision is not installed: the course needs it (see requirements.txt)")
     if torch.cuda.is_available():
         info["cuda_available"] = True
