@@ -87,6 +87,62 @@ def _socket_recv_is_not_in_rchar() -> bool:
     return by_recv < 1024 <= len(data) <= by_read
 
 
+def _tls_reads_are_in_rchar() -> bool:
+    """1 MiB received over TLS (Python's ``ssl``, OpenSSL underneath) raises ``rchar`` by at
+    least 1 MiB: OpenSSL reads its socket with ``read(2)``, not ``recv`` (Linux)."""
+    import shutil
+    import ssl
+    import subprocess
+    import tempfile
+
+    import psutil
+
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl command here to make the test's certificate")
+    data = b"x" * 2**20
+    with tempfile.TemporaryDirectory() as tmp:
+        key, cert = os.path.join(tmp, "key.pem"), os.path.join(tmp, "cert.pem")
+        subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                        "-days", "1", "-subj", "/CN=localhost"], check=True, capture_output=True, timeout=60)
+        server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server.load_cert_chain(cert, key)
+        client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        client.check_hostname, client.verify_mode = False, ssl.CERT_NONE
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            def serve() -> None:
+                conn, _ = listener.accept()
+                with server.wrap_socket(conn, server_side=True) as tls:
+                    tls.sendall(data)
+                    tls.recv(1)  # until the client has read it all and closes
+
+            sender = threading.Thread(target=serve)
+            sender.start()
+            with client.wrap_socket(socket.create_connection(listener.getsockname())) as tls:
+                me = psutil.Process()
+                before, got = me.io_counters().read_chars, 0
+                while got < len(data):
+                    got += len(tls.recv(len(data) - got))
+                by_tls = me.io_counters().read_chars - before
+            sender.join(timeout=30)
+    return by_tls >= len(data)
+
+
+def _h200_bench_loop_gb_per_s() -> float:
+    """The recorded H200's bench loop of pageable copies: its copy's bandwidth, the loop's
+    time less its compute, per batch."""
+    from feedgpu.readings import load_readings
+
+    [loop] = [loop for loop in load_readings("h200-2026-11-26").copy_loops if loop.name == "bench, plain copies"]
+    return loop.batch_bytes / ((loop.measured_s - loop.n_batches * loop.compute_s) / loop.n_batches) / 1e9
+
+
+def _h200_bench_figure(name: str) -> float:
+    from feedgpu.readings import load_readings
+
+    return load_readings("h200-2026-11-26").bench_figure(name)
+
+
 @dataclass(frozen=True)
 class Claim:
     """One claim: where the course says it, and what shows it (see the module's docstring)."""
@@ -172,6 +228,28 @@ CLAIMS: dict[str, Claim] = {
         "feedgpu/diagnosis/sensing/io_counters.py", "A socket read with ``recv`` or ``recv_into`` is not in ``rchar``",
         document="proc_pid_io(5): rchar, the bytes read(2) and its kin returned", cites="proc_pid_io(5)",
         check=_socket_recv_is_not_in_rchar, only_on="linux"),
+    "the recorded H200's bench loop of pageable copies ran at 7.1 GB/s": Claim(
+        "05:ee1ed3cd", "the bench's loop of such copies ran at 7.1 GB/s on that H200",
+        check=lambda: round(_h200_bench_loop_gb_per_s(), 1) == 7.1),
+    "the same in the copy model's docstring": Claim(
+        "feedgpu/models/copies.py", "bench's loop of such copies ran at 7.1 GB/s",
+        check=lambda: round(_h200_bench_loop_gb_per_s(), 1) == 7.1),
+    "the recorded H200's own bench put its pageable loop at 0.64, with copies timed alone": Claim(
+        "05:d5e0f369", "the recorded H200's own bench, whose model then took one line fitted to the copies it had "
+        "timed alone, put its pageable loop at 0.64 of what it measured",
+        check=lambda: (round(_h200_bench_figure("gpu model / measured, plain loop"), 2) == 0.64
+                       and "fit over 4 KiB-64 MiB" in _words(json.dumps(
+                           json.loads((ROOT / "readings/h200-2026-11-26/bench_gpu.json").read_text())))
+                       and "pageable in a loop" not in (ROOT / "readings/h200-2026-11-26/bench_gpu.json").read_text())),
+    "over TLS, OpenSSL reads with read(2), so an HTTPS client's bytes are in rchar": Claim(
+        "feedgpu/diagnosis/sensing/io_counters.py", "Over TLS the same clients' bytes are counted: OpenSSL reads its socket with ``read(2)``",
+        document="OpenSSL's socket BIO (crypto/bio/bss_sock.c: readsocket, read(2) on Unix)",
+        cites="OpenSSL reads its socket", check=_tls_reads_are_in_rchar, only_on="linux"),
+    "the README says the same of plain HTTP and HTTPS": Claim(
+        "README.md", "Python's HTTP clients use on a plain-HTTP connection: a loader that fetches items over plain HTTP "
+        "shows no reads, so its storage cannot be named here (over HTTPS, which boto3 speaks to S3 by default, OpenSSL "
+        "reads the socket with `read(2)` and the bytes count)",
+        check=lambda: _socket_recv_is_not_in_rchar() and _tls_reads_are_in_rchar(), only_on="linux"),
     "psutil's iowait is the kernel's delayacct_blkio_ticks": Claim(
         "feedgpu/diagnosis/sensing/io_counters.py", "psutil's ``cpu_times().iowait``",
         "psutil", "_pslinux.py", ("ret['blkio_ticks'] = fields[39]", "aka 'delayacct_blkio_ticks'")),

@@ -197,6 +197,15 @@ def test_recommended_batches_are_uint8_and_the_gpu_input_equals_the_plain_normal
     assert x.dtype == torch.float32 and torch.allclose(x, plain, atol=1e-5), (x - plain).abs().max()
     with pytest.raises(ValueError, match="uint8"):
         faces.model_input(x, "cpu")
+    # its constants are made once per device, not per batch: on a GPU, a tensor built from
+    # Python numbers is a blocking copy that waits for the last step
+    made, tensor = [], torch.tensor
+    faces._CONSTANTS.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(faces.torch, "tensor", lambda *a, **k: made.append(k.get("device")) or tensor(*a, **k))
+        for _ in range(3):
+            again = faces.model_input(images, "cpu")
+    assert torch.equal(again, x) and len(made) == 2, f"tensors built over 3 batches: {made}"
     small = images[:2, :, :32, :32].contiguous()  # the step on a CPU: small crops keep it quick
     loss = faces.ResNetStep(device="cpu", input="uint8", num_classes=10)((small, labels[:2] % 10))
     assert loss.dim() == 0 and math.isfinite(loss.item())

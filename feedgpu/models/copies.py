@@ -33,8 +33,8 @@ bandwidth. A pinned copy is DMA alone: it runs at the same speed from one run to
 (on the recorded H200, 64 MiB in 1.215 to 1.23 ms over eight runs), so the model predicts
 it as a point. A pageable copy is a host copy into a staging buffer, on one thread, then
 DMA: its speed follows the host's memory traffic, its caches and its page faults, and
-varies from run to run (64 MiB in 4.3 to 7.0 ms over eight runs on the same H200; a loop
-of such copies ran at 7.1 GB/s one day and 5.9 the next on another H200). So the model
+varies from run to run (64 MiB in 4.3 to 7.0 ms over eight runs on the same H200, whose
+bench's loop of such copies ran at 7.1 GB/s). So the model
 predicts a pageable copy, and pinning where its readings spread, as a range
 (:class:`CopyRange`: the fastest and the slowest line the machine's readings hold,
 :func:`copy_range`), and a loop of them as a range too (:func:`training_loop_range_s`,

@@ -21,7 +21,12 @@ assumed (:func:`feedgpu.measure.feeding.measure_slowdown` on a live machine;
 interpolated; past the last, extended along its last two points.
 
 The model is an upper bound on the busy share: a pipeline runs at the pace of its slowest
-stage only once every queue is full and nothing varies. It is held to what the recorder
+stage only once every queue is full and nothing varies. It also leaves out any wait of the
+host for the GPU inside the loop: the main thread's stage is its launch of a step
+(``main_s``), so a step that synchronises (``.item()``, a blocking copy, a tensor built on
+the device from Python numbers) holds the main thread longer than the model counts. The
+recommended step calls no ``.item()`` and, after its first batch, builds nothing on the
+device from Python numbers (:func:`feedgpu.workloads.faces_on_gpu.model_input`). It is held to what the recorder
 measures (``recommended_loop.json``).
 
 :func:`estimate_recommended` estimates the recommended pipeline
@@ -311,10 +316,11 @@ def estimate_recommended(readings: Any, ratio: float, *, batch_size: int = 64) -
 
 
 def largest_ratio_for(readings: Any, share: float = 0.9, *, batch_size: int = 64) -> float:
-    """The largest item ratio (recommended over plain) for which :func:`estimate_recommended`
-    still gives at least ``share`` on ``readings``: how much dearer than measured here the
-    recommended item may be on that machine's CPU before the estimate drops below ``share``
-    (bisection over 0 to 4; 0.0 where not even a free item reaches it)."""
+    """The largest item ratio (the recommended item's cost over the plain item's) for which
+    :func:`estimate_recommended` still gives at least ``share`` on ``readings``: a plain
+    ratio, to compare with the one measured on the student's machine
+    (``measure_item_ratio``), not a factor on it (bisection over 0 to 4; 0.0 where not even
+    a free item reaches it)."""
     def reaches(ratio: float) -> bool:
         return estimate_recommended(readings, ratio, batch_size=batch_size).busy_share >= share
 

@@ -171,9 +171,24 @@ def model_input(images: torch.Tensor, device: str | torch.device, dtype: torch.d
     if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[1] != len(mean):
         raise ValueError(f"expected a uint8 batch N x {len(mean)} x H x W, got {images.dtype} {tuple(images.shape)}")
     x = images.to(device, non_blocking=True).to(memory_format=torch.channels_last)
-    scale = torch.tensor([255.0 * s for s in std], device=x.device).view(1, -1, 1, 1)
-    shift = torch.tensor([255.0 * m for m in mean], device=x.device).view(1, -1, 1, 1)
+    shift, scale = _normalising_constants(x.device, mean, std)
     return ((x.float() - shift) / scale).to(dtype)
+
+
+#: (device, mean, std) -> (shift, scale) on that device, made once: a tensor built from
+#: Python numbers with ``device="cuda"`` is a copy from pageable memory, which makes the host
+#: wait for the GPU to finish what was queued before it (the last step). Made per batch, it
+#: would add that wait to every step.
+_CONSTANTS: dict[tuple[str, tuple[float, ...], tuple[float, ...]], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _normalising_constants(device: torch.device, mean: Sequence[float],
+                           std: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    key = (str(device), tuple(float(m) for m in mean), tuple(float(s) for s in std))
+    if key not in _CONSTANTS:
+        _CONSTANTS[key] = (torch.tensor([255.0 * m for m in key[1]], device=device).view(1, -1, 1, 1),
+                           torch.tensor([255.0 * s for s in key[2]], device=device).view(1, -1, 1, 1))
+    return _CONSTANTS[key]
 
 
 class ResNetStep:
@@ -187,7 +202,9 @@ class ResNetStep:
         num_classes: the classifier's outputs.
 
     Calling it with a batch ``(images, labels)`` queues one step and returns the loss (a
-    tensor on the device: nothing waits for the GPU).
+    tensor on the device: reading it, ``.item()``, waits for the step). It builds nothing on
+    the device from Python numbers per batch: :func:`model_input`'s constants are made once
+    per device, by the first batch, whose copy of them waits for the GPU once.
     """
 
     def __init__(self, device: str | None = None, input: str = "uint8", num_classes: int = NUM_CLASSES) -> None:

@@ -8,10 +8,13 @@ Linux counts every byte a process reads through ``read()`` and its kin (``readv`
 the page cache and network file systems: the diagnosis uses ``rchar``. A socket read with
 ``recv`` or ``recv_into`` is not in ``rchar`` (64 KiB received by ``socket.recv`` here
 raised it by 106 bytes, by ``os.read`` of a pipe by 65,642): Python's HTTP clients
-(``http.client``, urllib3, requests, boto3) read that way, so a loader that fetches its
-items over HTTP shows no reads and ``storage-bound`` cannot be named for it; where its
-requests queue on one service, the measured points name ``serialised``
-(:mod:`~feedgpu.diagnosis.causes`). Where the platform has no such count (macOS, Windows), it is None and
+(``http.client``, urllib3, requests, boto3) read a plain-HTTP connection that way, so a
+loader that fetches its items over plain HTTP (the course's local object store) shows no
+reads and ``storage-bound`` cannot be named for it; where its requests queue on one
+service, the measured points name ``serialised`` (:mod:`~feedgpu.diagnosis.causes`). Over
+TLS the same clients' bytes are counted: OpenSSL reads its socket with ``read(2)`` (1 MiB
+received through Python's ``ssl`` raised ``rchar`` by more than 1 MiB), and boto3 speaks
+HTTPS to S3 unless told otherwise. Where the platform has no such count (macOS, Windows), it is None and
 ``storage-bound`` is never named.
 
 The time a process waited for block I/O (``delayacct_blkio_ticks`` in ``/proc/<pid>/stat``,
