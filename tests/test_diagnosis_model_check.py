@@ -274,7 +274,8 @@ def test_the_main_process_s_floor_is_measured_and_predicts_the_loops_with_worker
     the model predicts the steady 1- and 2-worker loops the diagnosis timed, each without
     its own measurement, within 0.8-1.25. (Its own runs, not loops timed afterwards: on a
     shared 2-core machine a loop of 8 MB pipes measured 45 ms a batch in one minute and
-    66 ms in the next, more than the band.)"""
+    66 ms in the next, more than the band.) Outside the band, the diagnosis must say that its
+    readings were disturbed and trust only the counts it measured."""
     loader = DataLoader(SleepArrayDataset(2048, 0.0, shape=(1000, 125), dtype="float64"), batch_size=8,
                         collate_fn=collate_list)
     step_s = 0.025
@@ -285,7 +286,15 @@ def test_the_main_process_s_floor_is_measured_and_predicts_the_loops_with_worker
     ratios = loo_ratios(result)
     for w in (1, 2):
         assert w in ratios, f"{w} workers not measured:\n{result}"
-        assert FLOOR[0] <= ratios[w] <= FLOOR[1], f"{w} workers: steady loop / model {ratios[w]:.2f}:\n{result}"
+    outside = {w: round(ratios[w], 2) for w in (1, 2) if not FLOOR[0] <= ratios[w] <= FLOOR[1]}
+    if outside:
+        # Where a busy machine moved the pipes (the docstring), the diagnosis must have seen it
+        # and said so: readings it calls disturbed, and a model it no longer trusts beyond the
+        # measured counts. Seen in two full runs of the suite on a 2-core machine (the load
+        # probe's readings 149% apart, 1 worker at 1.51-1.55), never in this test alone.
+        check = result.model["check"]
+        assert result.disturbed and not check["trusted"], (
+            f"steady loop / model {outside}, outside {FLOOR}, on readings the diagnosis took as sound:\n{result}")
     assert result.model_s_per_batch["2"] >= costs.main_floor_s, "no count runs faster than the main process's floor"
 
 
