@@ -191,7 +191,7 @@ def one_kernel_runs(request) -> dict[str, Future]:
     pool = ThreadPoolExecutor(AT_ONCE, thread_name_prefix="one-kernel",
                               initializer=lambda: setattr(local, "core", next(cores)))  # each thread its core
     last = ThreadPoolExecutor(1, thread_name_prefix="one-kernel-alone")
-    order = sorted(NAMES, key=lambda n: (n not in LONGEST_FIRST, LONGEST_FIRST.index(n) if n in LONGEST_FIRST else 0))
+    order = [n for n in LONGEST_FIRST if n in NAMES] + [n for n in NAMES if n not in LONGEST_FIRST]
     runs = {name: pool.submit(lambda n: run_notebook(n, local.core), name)
             for name in order if name in wanted and name not in GRADED_ALONE}
     others = list(runs.values())

@@ -29,11 +29,11 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
-import textwrap
 import json
 import logging
 import os
 import sys
+import textwrap
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence

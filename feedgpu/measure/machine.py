@@ -78,8 +78,6 @@ def _torchvision_version() -> str | None:
     ``torch._dynamo`` (2.5 s on a 2-core machine, torchvision 0.29), which a notebook that never
     uses torchvision should not pay for its configuration cell. The wheel's version where
     that file does not say; None where torchvision is not installed."""
-    if "torchvision" in sys.modules:
-        return getattr(sys.modules["torchvision"], "__version__", None)
     try:
         spec = importlib.util.find_spec("torchvision")
     except (ImportError, ValueError):
